@@ -1,0 +1,182 @@
+"""Domain types shared by the store, the limiter, the dispatcher and the providers."""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.errors import ConfigError
+
+__all__ = [
+    "BucketKey",
+    "BucketLevel",
+    "Limit",
+    "Message",
+    "NotificationState",
+    "Outcome",
+    "SendResult",
+    "parse_rate",
+    "validate_name",
+]
+
+
+class NotificationState(enum.StrEnum):
+    QUEUED = "queued"
+    LEASED = "leased"
+    DELIVERED = "delivered"
+    DEAD = "dead"
+
+
+class Outcome(enum.StrEnum):
+    DELIVERED = "delivered"
+    THROTTLED = "throttled"
+    TRANSIENT = "transient"
+    PERMANENT = "permanent"
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """A token-bucket limit: ``rate_per_s`` tokens a second, at most ``burst`` saved up."""
+
+    rate_per_s: float
+    burst: float
+
+    def __post_init__(self) -> None:
+        check_limit(self.rate_per_s, self.burst)
+
+    def __str__(self) -> str:
+        return f"{self.rate_per_s:g}/s burst {self.burst:g}"
+
+
+def check_limit(rate_per_s: float, burst: float) -> None:
+    """Raise ``ConfigError`` (a ``ValueError``) unless the rate and burst make a usable bucket."""
+    if not isinstance(rate_per_s, int | float) or not math.isfinite(rate_per_s) or rate_per_s <= 0:
+        raise ConfigError(f"rate must be a finite number above 0 per second, not {rate_per_s!r}.")
+    if not isinstance(burst, int | float) or not math.isfinite(burst) or burst < 1:
+        raise ConfigError(f"burst must be a finite number of at least 1, not {burst!r}.")
+
+
+class BucketScope(enum.StrEnum):
+    TENANT = "tenant"
+    PROVIDER = "provider"
+    PAIR = "pair"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class BucketKey:
+    """Names one bucket: a tenant's, a provider's, or a (tenant, provider) pair's."""
+
+    scope: BucketScope
+    tenant: str = ""
+    provider: str = ""
+
+    @classmethod
+    def for_tenant(cls, tenant: str) -> BucketKey:
+        return cls(BucketScope.TENANT, tenant=tenant)
+
+    @classmethod
+    def for_provider(cls, provider: str) -> BucketKey:
+        return cls(BucketScope.PROVIDER, provider=provider)
+
+    @classmethod
+    def for_pair(cls, tenant: str, provider: str) -> BucketKey:
+        return cls(BucketScope.PAIR, tenant=tenant, provider=provider)
+
+    @classmethod
+    def for_send(cls, tenant: str, provider: str) -> tuple[BucketKey, BucketKey, BucketKey]:
+        """Every bucket that may apply to one send of ``tenant`` through ``provider``."""
+        return (cls.for_tenant(tenant), cls.for_provider(provider), cls.for_pair(tenant, provider))
+
+    def __str__(self) -> str:
+        if self.scope is BucketScope.TENANT:
+            return f"tenant:{self.tenant}"
+        if self.scope is BucketScope.PROVIDER:
+            return f"provider:{self.provider}"
+        return f"pair:{self.tenant}/{self.provider}"
+
+
+@dataclass(frozen=True, slots=True)
+class BucketLevel:
+    """One bucket's state at one instant, for telemetry and the console."""
+
+    key: BucketKey
+    tokens: float
+    burst: float
+    rate_per_s: float
+    blocked_for_s: float = 0.0
+
+    @property
+    def fill(self) -> float:
+        return max(0.0, min(1.0, self.tokens / self.burst))
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """What a provider is asked to deliver. ``recipient`` is plaintext: never log it."""
+
+    notification_id: int
+    tenant: str
+    provider: str
+    recipient: str = field(repr=False)
+    payload: dict[str, Any]
+    idempotency_key: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """A provider's answer. ``retry_after_s`` only means something for THROTTLED."""
+
+    outcome: Outcome
+    detail: str = ""
+    retry_after_s: float | None = None
+
+    @classmethod
+    def delivered(cls, detail: str = "") -> SendResult:
+        return cls(Outcome.DELIVERED, detail)
+
+    @classmethod
+    def throttled(cls, retry_after_s: float | None = None, detail: str = "") -> SendResult:
+        return cls(Outcome.THROTTLED, detail or "throttled by provider", retry_after_s)
+
+    @classmethod
+    def transient(cls, detail: str) -> SendResult:
+        return cls(Outcome.TRANSIENT, detail)
+
+    @classmethod
+    def permanent(cls, detail: str) -> SendResult:
+        return cls(Outcome.PERMANENT, detail)
+
+
+_RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?:/\s*(s|sec|min|m|h|hr))?\s*$")
+_PER_S = {None: 1.0, "s": 1.0, "sec": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0, "hr": 3600.0}
+
+
+def parse_rate(text: str) -> float:
+    """Parse ``"5"``, ``"5/s"``, ``"300/min"`` or ``"1000/h"`` into tokens per second.
+
+    Raises ``ConfigError`` for anything else, including zero, negative and non-finite rates.
+    """
+    match = _RATE.match(text)
+    if match is None:
+        raise ConfigError(f"cannot read {text[:40]!r} as a rate; write N, N/s, N/min or N/h.")
+    rate = float(match.group(1)) / _PER_S[match.group(2)]
+    if not math.isfinite(rate) or rate <= 0:
+        raise ConfigError(f"rate {text[:40]!r} must be above 0.")
+    return rate
+
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+def validate_name(kind: str, name: str) -> str:
+    """Tenant and provider names: 1-63 of letters, digits, '_', '.', '-', starting alphanumeric."""
+    if not _NAME.match(name):
+        shown = name[:40] + ("..." if len(name) > 40 else "")
+        raise ConfigError(
+            f"{kind} name {shown!r} is not valid; use 1-63 letters, digits, '_', '.' or '-'."
+        )
+    return name

@@ -1,0 +1,57 @@
+"""The limiter seam: buckets per tenant, per provider and per (tenant, provider).
+
+A send of tenant T through provider P is governed by every configured bucket among
+``BucketKey.for_send(T, P)``; a key with no configured limit is unlimited.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from engine.domain import BucketKey, BucketLevel, Limit
+
+__all__ = ["Limiter", "Reservation"]
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Tokens taken from every bucket of ``keys`` at once.
+
+    ``granted`` is between 0 and the number asked for. When it is below what was asked,
+    ``wait_s`` says how long until at least one more token is there in every bucket
+    (``math.inf`` when it never will be); otherwise it is 0.0.
+    """
+
+    keys: tuple[BucketKey, ...]
+    granted: int
+    wait_s: float = 0.0
+
+
+class Limiter(Protocol):
+    """Implemented in process (``engine.local_limiter.LocalLimiter``) and later over Redis."""
+
+    async def configure(self, key: BucketKey, limit: Limit | None) -> None:
+        """Set, change (live: brought up to date at the old rate first) or remove a limit."""
+        ...
+
+    async def reserve(self, keys: Sequence[BucketKey], n: int) -> Reservation:
+        """Take up to ``n`` tokens from every configured bucket of ``keys``, all or nothing per
+        token: the same number from each, and none from any unless all allow it."""
+        ...
+
+    async def refund(self, reservation: Reservation, n: int) -> None:
+        """Give back ``n`` unused tokens of ``reservation`` to each of its buckets."""
+        ...
+
+    async def block(self, key: BucketKey, for_s: float) -> None:
+        """Drain ``key``'s bucket and hold it empty for ``for_s`` seconds (a provider's 429).
+        Works for unconfigured keys too: they are held closed for that time."""
+        ...
+
+    async def levels(self) -> list[BucketLevel]:
+        """Every configured bucket's level now."""
+        ...
+
+    async def aclose(self) -> None: ...
