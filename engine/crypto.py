@@ -1,0 +1,78 @@
+"""Secrets at rest: MultiFernet encryption (newest key first, so keys rotate) and masking."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+
+from engine.errors import ConfigError, OmniPostError
+
+__all__ = ["SecretBox", "mask", "mask_mapping"]
+
+
+class SecretBox:
+    """Encrypts and decrypts short strings; the first key encrypts, every key decrypts."""
+
+    __slots__ = ("_fernet", "_count")
+
+    def __init__(self, keys: Sequence[str | bytes]) -> None:
+        if not keys:
+            raise ConfigError("at least one encryption key is needed.")
+        try:
+            fernets = [Fernet(k) for k in keys]
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(
+                "an encryption key is not valid; each must be 32 url-safe base64-encoded bytes."
+            ) from exc
+        self._fernet = MultiFernet(fernets)
+        self._count = len(fernets)
+
+    @staticmethod
+    def generate_key() -> str:
+        return Fernet.generate_key().decode("ascii")
+
+    @classmethod
+    def from_text(cls, text: str) -> SecretBox:
+        """Keys as in ``OMNIPOST_KEYS``: comma separated, newest first."""
+        return cls([k.strip() for k in text.split(",") if k.strip()])
+
+    def encrypt(self, plaintext: str) -> str:
+        return self._fernet.encrypt(plaintext.encode("utf-8")).decode("ascii")
+
+    def decrypt(self, token: str) -> str:
+        try:
+            return self._fernet.decrypt(token.encode("ascii")).decode("utf-8")
+        except (InvalidToken, ValueError) as exc:
+            raise OmniPostError(
+                "a stored secret cannot be decrypted with the configured keys; "
+                "check OMNIPOST_KEYS or the key file."
+            ) from exc
+
+    def rotate(self, token: str) -> str:
+        """Re-encrypt ``token`` under the newest key."""
+        return self._fernet.rotate(token.encode("ascii")).decode("ascii")
+
+    def __repr__(self) -> str:
+        return f"SecretBox(keys={self._count})"
+
+
+def mask(value: str) -> str:
+    """Show enough of a secret to recognise it and no more.
+
+    ``alice@example.com`` -> ``a***@e***.com``; ``+15551234567`` -> ``+1*******67``;
+    anything of 6 characters or fewer -> ``***``.
+    """
+    if "@" in value:
+        local, _, domain = value.rpartition("@")
+        host, dot, tld = domain.rpartition(".")
+        shown_host = (host[:1] + "***" + dot + tld) if host else "***"
+        return (local[:1] or "") + "***@" + shown_host
+    if len(value) <= 6:
+        return "***"
+    return value[:2] + "*" * min(len(value) - 4, 8) + value[-2:]
+
+
+def mask_mapping(secrets: dict[str, str]) -> dict[str, str]:
+    """Secret names with their values hidden entirely, for listings."""
+    return dict.fromkeys(secrets, "********")

@@ -1,0 +1,38 @@
+"""The store: SQLite (embedded default) or Postgres, with tenant-scoped repositories."""
+
+from engine.store.database import masked_url, normalize_url
+from engine.store.records import (
+    AuditEntry,
+    Completion,
+    DeliveryEntry,
+    DepthRow,
+    DueKey,
+    EnqueueResult,
+    Leased,
+    NewNotification,
+    NotificationView,
+    PairLimit,
+    ProviderRecord,
+    TenantRecord,
+    WorkerRecord,
+)
+from engine.store.store import Store
+
+__all__ = [
+    "AuditEntry",
+    "Completion",
+    "DeliveryEntry",
+    "DepthRow",
+    "DueKey",
+    "EnqueueResult",
+    "Leased",
+    "NewNotification",
+    "NotificationView",
+    "PairLimit",
+    "ProviderRecord",
+    "Store",
+    "TenantRecord",
+    "WorkerRecord",
+    "masked_url",
+    "normalize_url",
+]

@@ -1,0 +1,365 @@
+"""Tenants, providers, limits, workers and the audit log: the store's small, slow-changing tables."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from engine.crypto import SecretBox
+from engine.domain import Limit, validate_name
+from engine.errors import Conflict, NotFound
+from engine.store.database import Database
+from engine.store.records import AuditEntry, PairLimit, ProviderRecord, TenantRecord, WorkerRecord
+from engine.store.schema import audit_log, providers, rate_limits, tenants, workers
+
+__all__ = ["ConfigRepo"]
+
+_UNSET: Any = object()
+
+
+def _limit(rate: float | None, burst: float | None) -> Limit | None:
+    return None if rate is None or burst is None else Limit(rate, burst)
+
+
+class ConfigRepo:
+    def __init__(self, db: Database, box: SecretBox) -> None:
+        self._db = db
+        self._box = box
+
+    # -- tenants ----------------------------------------------------------------------------
+
+    async def add_tenant(
+        self, name: str, limit: Limit | None, *, enabled: bool = True, now: float, actor: str
+    ) -> TenantRecord:
+        validate_name("tenant", name)
+
+        async def tx(conn: AsyncConnection) -> TenantRecord:
+            if await _tenant_row(conn, name) is not None:
+                raise Conflict(f"tenant {name!r} already exists; use `tenant set` to change it.")
+            values = {"name": name, "enabled": enabled, "created_at": now, **_limit_cols(limit)}
+            tid = (await conn.execute(tenants.insert().values(values))).inserted_primary_key
+            assert tid is not None
+            await _audit(conn, now, actor, "tenant.add", tid[0], {"name": name, "limit": limit})
+            return TenantRecord(tid[0], name, limit, enabled)
+
+        return await self._db.write(tx)
+
+    async def update_tenant(
+        self,
+        name: str,
+        *,
+        limit: Limit | None = _UNSET,
+        enabled: bool | None = None,
+        now: float,
+        actor: str,
+    ) -> TenantRecord:
+        """Change a tenant's limit (``None`` removes it) and/or enabled flag."""
+
+        async def tx(conn: AsyncConnection) -> TenantRecord:
+            row = await _tenant_row(conn, name)
+            if row is None:
+                raise NotFound(f"no tenant named {name!r}.")
+            values: dict[str, Any] = {}
+            if limit is not _UNSET:
+                values.update(_limit_cols(limit))
+            if enabled is not None:
+                values["enabled"] = enabled
+            if values:
+                await conn.execute(tenants.update().where(tenants.c.id == row.id).values(values))
+                detail = {"name": name, **{k: v for k, v in values.items()}}
+                await _audit(conn, now, actor, "tenant.set", row.id, detail)
+            new = await _tenant_row(conn, name)
+            assert new is not None
+            return _tenant(new)
+
+        return await self._db.write(tx)
+
+    async def tenants(self) -> list[TenantRecord]:
+        async def tx(conn: AsyncConnection) -> list[TenantRecord]:
+            rows = await conn.execute(sa.select(tenants).order_by(tenants.c.name))
+            return [_tenant(r) for r in rows]
+
+        return await self._db.read(tx)
+
+    async def tenant(self, name: str) -> TenantRecord:
+        async def tx(conn: AsyncConnection) -> TenantRecord:
+            row = await _tenant_row(conn, name)
+            if row is None:
+                raise NotFound(f"no tenant named {name!r}.")
+            return _tenant(row)
+
+        return await self._db.read(tx)
+
+    # -- providers --------------------------------------------------------------------------
+
+    async def add_provider(
+        self,
+        name: str,
+        kind: str,
+        limit: Limit | None,
+        options: Mapping[str, str],
+        secrets: Mapping[str, str],
+        *,
+        now: float,
+        actor: str,
+    ) -> ProviderRecord:
+        validate_name("provider", name)
+
+        async def tx(conn: AsyncConnection) -> ProviderRecord:
+            if await _provider_row(conn, name) is not None:
+                raise Conflict(f"provider {name!r} already exists; use `provider set` to change it.")
+            values = {
+                "name": name,
+                "kind": kind,
+                "options": json.dumps(dict(options), sort_keys=True),
+                "secrets": self._seal(secrets),
+                "created_at": now,
+                **_limit_cols(limit),
+            }
+            pid = (await conn.execute(providers.insert().values(values))).inserted_primary_key
+            assert pid is not None
+            detail = {"name": name, "kind": kind, "limit": limit, "secrets": sorted(secrets)}
+            await _audit(conn, now, actor, "provider.add", None, detail)
+            row = await _provider_row(conn, name)
+            assert row is not None
+            return self._provider(row, with_secrets=False)
+
+        return await self._db.write(tx)
+
+    async def update_provider(
+        self,
+        name: str,
+        *,
+        kind: str | None = None,
+        limit: Limit | None = _UNSET,
+        options: Mapping[str, str] | None = None,
+        secrets: Mapping[str, str] | None = None,
+        now: float,
+        actor: str,
+    ) -> ProviderRecord:
+        """Change a provider. ``options`` and ``secrets`` are merged into what is stored; a value
+        of ``""`` removes that option or secret."""
+
+        async def tx(conn: AsyncConnection) -> ProviderRecord:
+            row = await _provider_row(conn, name)
+            if row is None:
+                raise NotFound(f"no provider named {name!r}.")
+            values: dict[str, Any] = {}
+            if kind is not None:
+                values["kind"] = kind
+            if limit is not _UNSET:
+                values.update(_limit_cols(limit))
+            if options:
+                merged = _merge(json.loads(row.options), options)
+                values["options"] = json.dumps(merged, sort_keys=True)
+            if secrets:
+                values["secrets"] = self._seal(_merge(self._open(row.secrets), secrets))
+            if values:
+                await conn.execute(providers.update().where(providers.c.id == row.id).values(values))
+                detail = {"name": name, "changed": sorted(values)}
+                await _audit(conn, now, actor, "provider.set", None, detail)
+            new = await _provider_row(conn, name)
+            assert new is not None
+            return self._provider(new, with_secrets=False)
+
+        return await self._db.write(tx)
+
+    async def providers(self, *, with_secrets: bool = False) -> list[ProviderRecord]:
+        async def tx(conn: AsyncConnection) -> list[ProviderRecord]:
+            rows = await conn.execute(sa.select(providers).order_by(providers.c.name))
+            return [self._provider(r, with_secrets=with_secrets) for r in rows]
+
+        return await self._db.read(tx)
+
+    async def provider(self, name: str, *, with_secrets: bool = False) -> ProviderRecord:
+        async def tx(conn: AsyncConnection) -> ProviderRecord:
+            row = await _provider_row(conn, name)
+            if row is None:
+                raise NotFound(f"no provider named {name!r}.")
+            return self._provider(row, with_secrets=with_secrets)
+
+        return await self._db.read(tx)
+
+    def _seal(self, secrets: Mapping[str, str]) -> str | None:
+        return self._box.encrypt(json.dumps(dict(secrets))) if secrets else None
+
+    def _open(self, token: str | None) -> dict[str, str]:
+        return dict(json.loads(self._box.decrypt(token))) if token else {}
+
+    def _provider(self, row: sa.Row[Any], *, with_secrets: bool) -> ProviderRecord:
+        secrets = self._open(row.secrets)
+        return ProviderRecord(
+            id=row.id,
+            name=row.name,
+            kind=row.kind,
+            limit=_limit(row.rate_per_s, row.burst),
+            options=dict(json.loads(row.options)),
+            secret_names=tuple(sorted(secrets)),
+            secrets=secrets if with_secrets else {},
+        )
+
+    # -- pair limits ------------------------------------------------------------------------
+
+    async def set_pair_limit(
+        self, tenant: str, provider: str, limit: Limit | None, *, now: float, actor: str
+    ) -> None:
+        """Set or (with ``None``) remove the limit of one (tenant, provider) pair."""
+
+        async def tx(conn: AsyncConnection) -> None:
+            t = await _tenant_row(conn, tenant)
+            p = await _provider_row(conn, provider)
+            if t is None:
+                raise NotFound(f"no tenant named {tenant!r}.")
+            if p is None:
+                raise NotFound(f"no provider named {provider!r}.")
+            key = (rate_limits.c.tenant_id == t.id) & (rate_limits.c.provider_id == p.id)
+            await conn.execute(rate_limits.delete().where(key))
+            if limit is not None:
+                await conn.execute(
+                    rate_limits.insert().values(
+                        tenant_id=t.id,
+                        provider_id=p.id,
+                        rate_per_s=limit.rate_per_s,
+                        burst=limit.burst,
+                    )
+                )
+            detail = {"tenant": tenant, "provider": provider, "limit": limit}
+            await _audit(conn, now, actor, "limit.set", t.id, detail)
+
+        await self._db.write(tx)
+
+    async def pair_limits(self) -> list[PairLimit]:
+        async def tx(conn: AsyncConnection) -> list[PairLimit]:
+            query = (
+                sa.select(rate_limits, tenants.c.name.label("t"), providers.c.name.label("p"))
+                .join(tenants, tenants.c.id == rate_limits.c.tenant_id)
+                .join(providers, providers.c.id == rate_limits.c.provider_id)
+                .order_by(tenants.c.name, providers.c.name)
+            )
+            return [
+                PairLimit(r.tenant_id, r.provider_id, r.t, r.p, Limit(r.rate_per_s, r.burst))
+                for r in await conn.execute(query)
+            ]
+
+        return await self._db.read(tx)
+
+    # -- workers ----------------------------------------------------------------------------
+
+    async def heartbeat(self, worker: WorkerRecord) -> None:
+        async def tx(conn: AsyncConnection) -> None:
+            values = {
+                "heartbeat_at": worker.heartbeat_at,
+                "state": worker.state,
+                "concurrency": worker.concurrency,
+                "delivered": worker.delivered,
+            }
+            result = await conn.execute(
+                workers.update().where(workers.c.id == worker.id).values(values)
+            )
+            if result.rowcount == 0:
+                await conn.execute(
+                    workers.insert().values(
+                        id=worker.id,
+                        host=worker.host,
+                        pid=worker.pid,
+                        started_at=worker.started_at,
+                        **values,
+                    )
+                )
+
+        await self._db.write(tx)
+
+    async def workers(self, *, alive_since: float | None = None) -> list[WorkerRecord]:
+        async def tx(conn: AsyncConnection) -> list[WorkerRecord]:
+            query = sa.select(workers).order_by(workers.c.started_at)
+            if alive_since is not None:
+                query = query.where(
+                    (workers.c.heartbeat_at >= alive_since) & (workers.c.state != "stopped")
+                )
+            return [WorkerRecord(**r._mapping) for r in await conn.execute(query)]
+
+        return await self._db.read(tx)
+
+    async def forget_workers(self, *, before: float) -> int:
+        async def tx(conn: AsyncConnection) -> int:
+            result = await conn.execute(workers.delete().where(workers.c.heartbeat_at < before))
+            return int(result.rowcount)
+
+        return await self._db.write(tx)
+
+    # -- audit ------------------------------------------------------------------------------
+
+    async def audit(
+        self, actor: str, action: str, tenant_id: int | None, detail: dict[str, Any], *, now: float
+    ) -> None:
+        async def tx(conn: AsyncConnection) -> None:
+            await _audit(conn, now, actor, action, tenant_id, detail)
+
+        await self._db.write(tx)
+
+    async def audit_log(self, *, limit: int = 100) -> list[AuditEntry]:
+        async def tx(conn: AsyncConnection) -> list[AuditEntry]:
+            query = sa.select(audit_log).order_by(audit_log.c.id.desc()).limit(limit)
+            return [
+                AuditEntry(r.id, r.ts, r.actor, r.action, r.tenant_id, json.loads(r.detail))
+                for r in await conn.execute(query)
+            ]
+
+        return await self._db.read(tx)
+
+
+def _limit_cols(limit: Limit | None) -> dict[str, float | None]:
+    if limit is None:
+        return {"rate_per_s": None, "burst": None}
+    return {"rate_per_s": limit.rate_per_s, "burst": limit.burst}
+
+
+def _merge(current: dict[str, str], changes: Mapping[str, str]) -> dict[str, str]:
+    merged = dict(current)
+    for key, value in changes.items():
+        if value == "":
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _tenant(row: sa.Row[Any]) -> TenantRecord:
+    return TenantRecord(row.id, row.name, _limit(row.rate_per_s, row.burst), bool(row.enabled))
+
+
+async def _tenant_row(conn: AsyncConnection, name: str) -> sa.Row[Any] | None:
+    return (await conn.execute(sa.select(tenants).where(tenants.c.name == name))).first()
+
+
+async def _provider_row(conn: AsyncConnection, name: str) -> sa.Row[Any] | None:
+    return (await conn.execute(sa.select(providers).where(providers.c.name == name))).first()
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, Limit):
+        return {"rate_per_s": value.rate_per_s, "burst": value.burst}
+    return str(value)
+
+
+async def _audit(
+    conn: AsyncConnection,
+    now: float,
+    actor: str,
+    action: str,
+    tenant_id: int | None,
+    detail: dict[str, Any],
+) -> None:
+    await conn.execute(
+        audit_log.insert().values(
+            ts=now,
+            actor=actor[:100],
+            action=action,
+            tenant_id=tenant_id,
+            detail=json.dumps(detail, default=_json_default, sort_keys=True),
+        )
+    )

@@ -1,0 +1,160 @@
+"""Connections, transactions and error translation for SQLite (aiosqlite) and Postgres (asyncpg).
+
+Nothing outside this package sees a SQLAlchemy or driver exception: ``Database.write`` and
+``Database.read`` translate them into ``StoreError`` and its kin, retrying the transient ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy import event, exc
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from engine.errors import Conflict, ConfigError, StoreError, StoreUnavailable
+
+__all__ = ["Database", "masked_url", "normalize_url"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg", "postgres": None}
+_RETRIES = 5
+
+
+def normalize_url(text: str) -> URL:
+    """``sqlite:///PATH`` or ``postgresql://...`` (an explicit async driver is kept)."""
+    try:
+        url = make_url(text)
+    except exc.ArgumentError as err:
+        raise ConfigError(
+            "the store URL is not valid; use sqlite:///PATH or postgresql://USER@HOST/DB."
+        ) from err
+    backend = url.get_backend_name()
+    if backend not in ("sqlite", "postgresql"):
+        raise ConfigError(f"store URL scheme {backend!r} is not supported; use sqlite or postgresql.")
+    driver = url.get_driver_name()
+    if backend == "sqlite":
+        if driver not in ("pysqlite", "aiosqlite"):
+            raise ConfigError(f"SQLite driver {driver!r} is not supported; use sqlite:///PATH.")
+        if not url.database or url.database == ":memory:":
+            raise ConfigError("the SQLite store needs a file path: sqlite:///PATH.")
+        return url.set(drivername="sqlite+aiosqlite")
+    if driver not in ("psycopg", "psycopg2", "asyncpg"):
+        raise ConfigError(f"Postgres driver {driver!r} is not supported; use postgresql://...")
+    return url.set(drivername="postgresql+asyncpg")
+
+
+def masked_url(url: URL | str) -> str:
+    """The URL with its password hidden, for every output."""
+    if isinstance(url, str):
+        try:
+            url = make_url(url)
+        except exc.ArgumentError:
+            return "<invalid URL>"
+    return url.render_as_string(hide_password=True)
+
+
+class Database:
+    """An async engine with transactions that retry on lock contention and dropped connections."""
+
+    def __init__(self, url: URL, *, pool_size: int = 10) -> None:
+        self.url = url
+        self.dialect = url.get_backend_name()
+        kwargs: dict[str, Any] = {"pool_pre_ping": True}
+        if self.dialect == "sqlite":
+            kwargs["connect_args"] = {"timeout": 30.0}
+        else:
+            kwargs.update(pool_size=pool_size, max_overflow=pool_size)
+        self.engine: AsyncEngine = create_async_engine(url, **kwargs)
+        if self.dialect == "sqlite":
+            _install_sqlite_hooks(self.engine)
+        self._reader = self.engine.execution_options(omnipost_read=True)
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.dialect == "sqlite"
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()
+
+    async def write(self, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        """Run ``fn`` in one write transaction (``BEGIN IMMEDIATE`` on SQLite)."""
+        return await self._run(self.engine, fn)
+
+    async def read(self, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        """Run ``fn`` in one read transaction (deferred on SQLite, so it never waits on writers)."""
+        return await self._run(self._reader, fn)
+
+    async def _run(self, engine: AsyncEngine, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        delay_s = 0.05
+        for attempt in range(_RETRIES):
+            try:
+                async with _translated(), engine.begin() as conn:
+                    return await fn(conn)
+            except StoreUnavailable:
+                if attempt == _RETRIES - 1:
+                    raise
+                log.warning("store connection lost; retrying in %.2fs", delay_s)
+            except _Locked:
+                if attempt == _RETRIES - 1:
+                    raise StoreError("the SQLite store stayed locked by another process.") from None
+            await asyncio.sleep(delay_s)
+            delay_s = min(delay_s * 2, 2.0)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def __repr__(self) -> str:
+        return f"Database({masked_url(self.url)})"
+
+
+class _Locked(Exception):
+    pass
+
+
+@asynccontextmanager
+async def _translated() -> AsyncIterator[None]:
+    try:
+        yield
+    except exc.IntegrityError as err:
+        raise Conflict("that item already exists.") from err
+    except exc.DBAPIError as err:
+        if "database is locked" in str(err.orig) or "database is busy" in str(err.orig):
+            raise _Locked from err
+        if err.connection_invalidated or isinstance(err, exc.InterfaceError):
+            raise StoreUnavailable("the store connection was lost.") from err
+        if isinstance(err, exc.OperationalError):
+            raise StoreUnavailable(f"the store cannot be reached: {_first_line(err.orig)}") from err
+        raise StoreError(f"the store refused a statement: {_first_line(err.orig)}") from err
+    except (OSError, ConnectionError) as err:
+        raise StoreUnavailable(f"the store cannot be reached: {err.strerror or err}.") from err
+    except exc.SQLAlchemyError as err:
+        raise StoreError(f"the store failed: {_first_line(err)}") from err
+
+
+def _first_line(err: object) -> str:
+    text = str(err).strip().splitlines()
+    return (text[0] if text else type(err).__name__)[:200]
+
+
+def _install_sqlite_hooks(engine: AsyncEngine) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let the begin hook below issue BEGIN itself, so writers take the lock up front.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _begin(conn: sa.Connection) -> None:
+        read = conn.get_execution_options().get("omnipost_read", False)
+        conn.exec_driver_sql("BEGIN" if read else "BEGIN IMMEDIATE")

@@ -1,0 +1,384 @@
+"""The notification queue: idempotent enqueue, fenced leases, completions, dead letters.
+
+Every read or write of notification data takes the tenant's id, except the lease operations,
+which are keyed by the lease owner and attempt they hold.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from engine.crypto import SecretBox, mask
+from engine.domain import NotificationState, Outcome
+from engine.store.database import Database
+from engine.store.records import (
+    Completion,
+    DeliveryEntry,
+    DepthRow,
+    DueKey,
+    EnqueueResult,
+    Leased,
+    NewNotification,
+    NotificationView,
+)
+from engine.store.schema import delivery_log, notifications
+
+__all__ = ["QueueRepo"]
+
+N = notifications
+_CHUNK = 500
+_QUEUED = NotificationState.QUEUED.value
+_LEASED = NotificationState.LEASED.value
+_DEAD = NotificationState.DEAD.value
+
+
+class QueueRepo:
+    def __init__(self, db: Database, box: SecretBox) -> None:
+        self._db = db
+        self._box = box
+        self._insert = sqlite.insert if db.is_sqlite else postgresql.insert
+
+    # -- enqueue ----------------------------------------------------------------------------
+
+    async def enqueue(
+        self, tenant_id: int, items: Sequence[NewNotification], *, now: float
+    ) -> list[EnqueueResult]:
+        """Insert ``items`` for one tenant. An item whose idempotency key the tenant already used
+        is not inserted again: its result names the existing notification, ``duplicate=True``.
+        Results come in the order of ``items``. All or nothing per call."""
+        rows = [self._row(tenant_id, item, now) for item in items]
+
+        async def tx(conn: AsyncConnection) -> list[EnqueueResult]:
+            ids: dict[str, int] = {}
+            fresh: set[str] = set()
+            for start in range(0, len(rows), _CHUNK):
+                chunk = rows[start : start + _CHUNK]
+                stmt = (
+                    self._insert(N)
+                    .values(chunk)
+                    .on_conflict_do_nothing(index_elements=[N.c.tenant_id, N.c.idempotency_key])
+                    .returning(N.c.id, N.c.idempotency_key)
+                )
+                for row in await conn.execute(stmt):
+                    ids[row.idempotency_key] = row.id
+                    fresh.add(row.idempotency_key)
+            missing = [r["idempotency_key"] for r in rows if r["idempotency_key"] not in ids]
+            for start in range(0, len(missing), _CHUNK):
+                query = sa.select(N.c.id, N.c.idempotency_key).where(
+                    (N.c.tenant_id == tenant_id)
+                    & N.c.idempotency_key.in_(missing[start : start + _CHUNK])
+                )
+                ids.update({r.idempotency_key: r.id for r in await conn.execute(query)})
+            results = []
+            for item in items:
+                key = item.idempotency_key
+                results.append(EnqueueResult(ids[key], key, duplicate=key not in fresh))
+                fresh.discard(key)  # a key repeated within one call is a duplicate the 2nd time
+            return results
+
+        return await self._db.write(tx)
+
+    def _row(self, tenant_id: int, item: NewNotification, now: float) -> dict[str, Any]:
+        return {
+            "tenant_id": tenant_id,
+            "provider_id": item.provider_id,
+            "recipient": self._box.encrypt(item.recipient),
+            "payload": json.dumps(item.payload, separators=(",", ":")),
+            "idempotency_key": item.idempotency_key,
+            "priority": item.priority,
+            "state": _QUEUED,
+            "attempt": 0,
+            "failures": 0,
+            "max_attempts": item.max_attempts,
+            "available_at": now if item.available_at is None else item.available_at,
+            "enqueued_at": now,
+        }
+
+    # -- dispatch ---------------------------------------------------------------------------
+
+    async def due_keys(self, now: float, tenant_ids: Sequence[int] | None = None) -> list[DueKey]:
+        """Every (tenant, provider) with queued work: how much is due now, and when the next is."""
+
+        async def tx(conn: AsyncConnection) -> list[DueKey]:
+            due = sa.func.sum(sa.case((N.c.available_at <= now, 1), else_=0))
+            query = (
+                sa.select(N.c.tenant_id, N.c.provider_id, due, sa.func.min(N.c.available_at))
+                .where(N.c.state == _QUEUED)
+                .group_by(N.c.tenant_id, N.c.provider_id)
+            )
+            if tenant_ids is not None:
+                query = query.where(N.c.tenant_id.in_(tenant_ids))
+            return [DueKey(r[0], r[1], int(r[2]), float(r[3])) for r in await conn.execute(query)]
+
+        return await self._db.read(tx)
+
+    async def claim(
+        self, tenant_id: int, provider_id: int, n: int, *, owner: str, lease_s: float, now: float
+    ) -> list[Leased]:
+        """Lease up to ``n`` due notifications of one key to ``owner``, highest priority first,
+        then oldest. Each claim bumps ``attempt``: the fencing token its completion must show."""
+        pick = (
+            sa.select(N.c.id)
+            .where(
+                (N.c.state == _QUEUED)
+                & (N.c.tenant_id == tenant_id)
+                & (N.c.provider_id == provider_id)
+                & (N.c.available_at <= now)
+            )
+            .order_by(N.c.priority.desc(), N.c.id)
+            .limit(n)
+        )
+        if not self._db.is_sqlite:
+            pick = pick.with_for_update(skip_locked=True)
+        expires = now + lease_s
+        stmt = (
+            N.update()
+            .where(N.c.id.in_(pick.scalar_subquery()))
+            .values(
+                state=_LEASED,
+                lease_owner=owner,
+                lease_expires_at=expires,
+                attempt=N.c.attempt + 1,
+            )
+            .returning(
+                N.c.id,
+                N.c.recipient,
+                N.c.payload,
+                N.c.idempotency_key,
+                N.c.attempt,
+                N.c.failures,
+                N.c.max_attempts,
+                N.c.enqueued_at,
+            )
+        )
+
+        async def tx(conn: AsyncConnection) -> list[Any]:
+            return list(await conn.execute(stmt))
+
+        rows = await self._db.write(tx)
+        leased = [
+            Leased(
+                id=r.id,
+                tenant_id=tenant_id,
+                provider_id=provider_id,
+                recipient=self._box.decrypt(r.recipient),
+                payload=json.loads(r.payload),
+                idempotency_key=r.idempotency_key,
+                attempt=r.attempt,
+                failures=r.failures,
+                max_attempts=r.max_attempts,
+                enqueued_at=r.enqueued_at,
+                owner=owner,
+                lease_expires_at=expires,
+            )
+            for r in rows
+        ]
+        leased.sort(key=lambda item: item.id)
+        return leased
+
+    async def renew(self, owner: str, *, lease_s: float, now: float) -> int:
+        """Extend every lease ``owner`` holds; returns how many it still holds."""
+
+        async def tx(conn: AsyncConnection) -> int:
+            result = await conn.execute(
+                N.update()
+                .where((N.c.lease_owner == owner) & (N.c.state == _LEASED))
+                .values(lease_expires_at=now + lease_s)
+            )
+            return int(result.rowcount)
+
+        return await self._db.write(tx)
+
+    async def release(self, owner: str, leased: Sequence[Leased]) -> int:
+        """Give leases back unsent (on stop): queued again at once, no attempt spent."""
+
+        async def tx(conn: AsyncConnection) -> int:
+            count = 0
+            for item in leased:
+                result = await conn.execute(
+                    _fenced(item, owner).values(
+                        state=_QUEUED, lease_owner=None, lease_expires_at=None
+                    )
+                )
+                count += result.rowcount
+            return count
+
+        return await self._db.write(tx) if leased else 0
+
+    async def complete(self, completions: Sequence[Completion], *, worker: str) -> list[bool]:
+        """Write outcomes back, each only if its lease still holds (same owner and attempt).
+        Returns, per completion, whether it was applied; a delivery log row is written for
+        each applied one."""
+
+        async def tx(conn: AsyncConnection) -> list[bool]:
+            applied = [await _apply(conn, c) for c in completions]
+            log_rows = [_log_row(c, worker) for c, ok in zip(completions, applied, strict=True) if ok]
+            if log_rows:
+                await conn.execute(delivery_log.insert(), log_rows)
+            return applied
+
+        return await self._db.write(tx) if completions else []
+
+    async def reap(self, now: float) -> int:
+        """Return every expired lease to the queue; the next claim bumps its attempt."""
+
+        async def tx(conn: AsyncConnection) -> int:
+            result = await conn.execute(
+                N.update()
+                .where((N.c.state == _LEASED) & (N.c.lease_expires_at < now))
+                .values(state=_QUEUED, lease_owner=None, lease_expires_at=None, available_at=now)
+            )
+            return int(result.rowcount)
+
+        return await self._db.write(tx)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    async def depth(self) -> list[DepthRow]:
+        """Notifications per tenant and state, with the oldest enqueue time of each group."""
+
+        async def tx(conn: AsyncConnection) -> list[DepthRow]:
+            query = sa.select(
+                N.c.tenant_id, N.c.state, sa.func.count(), sa.func.min(N.c.enqueued_at)
+            ).group_by(N.c.tenant_id, N.c.state)
+            return [
+                DepthRow(r[0], NotificationState(r[1]), int(r[2]), r[3])
+                for r in await conn.execute(query)
+            ]
+
+        return await self._db.read(tx)
+
+    async def get(self, tenant_id: int, notification_id: int) -> NotificationView | None:
+        async def tx(conn: AsyncConnection) -> NotificationView | None:
+            query = sa.select(N).where((N.c.tenant_id == tenant_id) & (N.c.id == notification_id))
+            row = (await conn.execute(query)).first()
+            return None if row is None else self._view(row)
+
+        return await self._db.read(tx)
+
+    async def list(
+        self,
+        tenant_id: int,
+        *,
+        state: NotificationState | None = None,
+        limit: int = 100,
+        after_id: int = 0,
+    ) -> list[NotificationView]:
+        async def tx(conn: AsyncConnection) -> list[NotificationView]:
+            cond = (N.c.tenant_id == tenant_id) & (N.c.id > after_id)
+            if state is not None:
+                cond &= N.c.state == state.value
+            query = sa.select(N).where(cond).order_by(N.c.id).limit(limit)
+            return [self._view(r) for r in await conn.execute(query)]
+
+        return await self._db.read(tx)
+
+    def _view(self, row: sa.Row[Any]) -> NotificationView:
+        return NotificationView(
+            id=row.id,
+            tenant_id=row.tenant_id,
+            provider_id=row.provider_id,
+            recipient_masked=mask(self._box.decrypt(row.recipient)),
+            payload=json.loads(row.payload),
+            idempotency_key=row.idempotency_key,
+            priority=row.priority,
+            state=NotificationState(row.state),
+            attempt=row.attempt,
+            failures=row.failures,
+            max_attempts=row.max_attempts,
+            available_at=row.available_at,
+            enqueued_at=row.enqueued_at,
+            finished_at=row.finished_at,
+            last_error=row.last_error,
+        )
+
+    async def deliveries(
+        self, tenant_id: int, *, notification_id: int | None = None, limit: int = 100
+    ) -> list[DeliveryEntry]:
+        async def tx(conn: AsyncConnection) -> list[DeliveryEntry]:
+            cond = delivery_log.c.tenant_id == tenant_id
+            if notification_id is not None:
+                cond &= delivery_log.c.notification_id == notification_id
+            query = (
+                sa.select(delivery_log).where(cond).order_by(delivery_log.c.id.desc()).limit(limit)
+            )
+            return [
+                DeliveryEntry(**{**r._mapping, "outcome": Outcome(r.outcome)})
+                for r in await conn.execute(query)
+            ]
+
+        return await self._db.read(tx)
+
+    # -- dead letters -----------------------------------------------------------------------
+
+    async def retry_dead(self, tenant_id: int, ids: Sequence[int] | None, *, now: float) -> int:
+        """Queue dead notifications again with a fresh attempt budget; ``None`` means all of the
+        tenant's dead ones. Returns how many were requeued."""
+
+        async def tx(conn: AsyncConnection) -> int:
+            result = await conn.execute(
+                N.update()
+                .where(_dead(tenant_id, ids))
+                .values(state=_QUEUED, failures=0, available_at=now, finished_at=None)
+            )
+            return int(result.rowcount)
+
+        return await self._db.write(tx)
+
+    async def discard_dead(self, tenant_id: int, ids: Sequence[int] | None) -> int:
+        async def tx(conn: AsyncConnection) -> int:
+            return int((await conn.execute(N.delete().where(_dead(tenant_id, ids)))).rowcount)
+
+        return await self._db.write(tx)
+
+
+def _dead(tenant_id: int, ids: Sequence[int] | None) -> sa.ColumnElement[bool]:
+    cond = (N.c.tenant_id == tenant_id) & (N.c.state == _DEAD)
+    return cond if ids is None else cond & N.c.id.in_(list(ids))
+
+
+def _fenced(item: Leased, owner: str) -> sa.Update:
+    return N.update().where(
+        (N.c.id == item.id)
+        & (N.c.lease_owner == owner)
+        & (N.c.attempt == item.attempt)
+        & (N.c.state == _LEASED)
+    )
+
+
+async def _apply(conn: AsyncConnection, c: Completion) -> bool:
+    values: dict[str, Any] = {
+        "state": c.state.value,
+        "lease_owner": None,
+        "lease_expires_at": None,
+    }
+    if c.state is NotificationState.QUEUED:
+        values["available_at"] = c.available_at if c.available_at is not None else c.ts
+    else:
+        values["finished_at"] = c.ts
+    if c.spend_attempt:
+        values["failures"] = N.c.failures + 1
+    if c.outcome is not Outcome.DELIVERED:
+        values["last_error"] = c.detail[:500]
+    result = await conn.execute(_fenced(c.leased, c.leased.owner).values(values))
+    return bool(result.rowcount)
+
+
+def _log_row(c: Completion, worker: str) -> dict[str, Any]:
+    return {
+        "notification_id": c.leased.id,
+        "tenant_id": c.leased.tenant_id,
+        "provider_id": c.leased.provider_id,
+        "attempt": c.leased.attempt,
+        "outcome": c.outcome.value,
+        "detail": c.detail[:500],
+        "worker": worker,
+        "ts": c.ts,
+        "latency_s": c.latency_s,
+    }

@@ -1,0 +1,178 @@
+"""Read models the store hands out: plain frozen values, safe to pass to the console."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.domain import Limit, NotificationState, Outcome
+
+__all__ = [
+    "AuditEntry",
+    "Completion",
+    "DeliveryEntry",
+    "DepthRow",
+    "DueKey",
+    "EnqueueResult",
+    "Leased",
+    "NewNotification",
+    "NotificationView",
+    "PairLimit",
+    "ProviderRecord",
+    "TenantRecord",
+    "WorkerRecord",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class TenantRecord:
+    id: int
+    name: str
+    limit: Limit | None
+    enabled: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderRecord:
+    """A provider's configuration. ``secrets`` holds plaintext values only when the store was
+    asked for them (``with_secrets=True``); listings carry the names alone."""
+
+    id: int
+    name: str
+    kind: str
+    limit: Limit | None
+    options: dict[str, str]
+    secret_names: tuple[str, ...]
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class PairLimit:
+    tenant_id: int
+    provider_id: int
+    tenant: str
+    provider: str
+    limit: Limit
+
+
+@dataclass(frozen=True, slots=True)
+class NewNotification:
+    provider_id: int
+    recipient: str = field(repr=False)
+    payload: dict[str, Any]
+    idempotency_key: str
+    priority: int = 0
+    max_attempts: int = 5
+    available_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    id: int
+    idempotency_key: str
+    duplicate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NotificationView:
+    """A notification as shown to people: the recipient is masked."""
+
+    id: int
+    tenant_id: int
+    provider_id: int
+    recipient_masked: str
+    payload: dict[str, Any]
+    idempotency_key: str
+    priority: int
+    state: NotificationState
+    attempt: int
+    failures: int
+    max_attempts: int
+    available_at: float
+    enqueued_at: float
+    finished_at: float | None
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Leased:
+    """A notification leased to ``owner`` at ``attempt``; the recipient is plaintext for sending."""
+
+    id: int
+    tenant_id: int
+    provider_id: int
+    recipient: str = field(repr=False)
+    payload: dict[str, Any]
+    idempotency_key: str
+    attempt: int
+    failures: int
+    max_attempts: int
+    enqueued_at: float
+    owner: str
+    lease_expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """What to write back for one leased notification; applied only if the lease still holds."""
+
+    leased: Leased
+    outcome: Outcome
+    state: NotificationState
+    detail: str = ""
+    available_at: float | None = None  # for a requeue
+    spend_attempt: bool = False
+    ts: float = 0.0
+    latency_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DueKey:
+    tenant_id: int
+    provider_id: int
+    due: int
+    next_available_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class DepthRow:
+    tenant_id: int
+    state: NotificationState
+    count: int
+    oldest_enqueued_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    id: str
+    host: str
+    pid: int
+    started_at: float
+    heartbeat_at: float
+    state: str
+    concurrency: int
+    delivered: int
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    id: int
+    ts: float
+    actor: str
+    action: str
+    tenant_id: int | None
+    detail: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryEntry:
+    id: int
+    notification_id: int
+    tenant_id: int
+    provider_id: int
+    attempt: int
+    outcome: Outcome
+    detail: str
+    worker: str
+    ts: float
+    latency_s: float | None

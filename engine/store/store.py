@@ -1,0 +1,105 @@
+"""The store: one database, its migrations, and the repositories over it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from engine.crypto import SecretBox
+from engine.errors import StoreError
+from engine.store.config import ConfigRepo
+from engine.store.database import Database, masked_url, normalize_url
+from engine.store.queue import QueueRepo
+
+__all__ = ["Store"]
+
+_MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+def _alembic_config() -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(_MIGRATIONS))
+    return cfg
+
+
+class Store:
+    """``async with Store(url, box) as store``; call ``migrate()`` before first use."""
+
+    def __init__(self, url: str, box: SecretBox, *, pool_size: int = 10) -> None:
+        self._db = Database(normalize_url(url), pool_size=pool_size)
+        self.config = ConfigRepo(self._db, box)
+        self.queue = QueueRepo(self._db, box)
+
+    @property
+    def dialect(self) -> str:
+        return self._db.dialect
+
+    @property
+    def url_masked(self) -> str:
+        return masked_url(self._db.url)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._db.dispose()
+
+    async def migrate(self) -> str:
+        """Bring the schema up to date; safe to run from several processes at once.
+        Returns the revision the store is at."""
+
+        async def tx(conn: AsyncConnection) -> str:
+            if not self._db.is_sqlite:  # SQLite's BEGIN IMMEDIATE already serialises this
+                await conn.execute(sa.text("SELECT pg_advisory_xact_lock(7406201)"))
+            await conn.run_sync(_upgrade)
+            return await conn.run_sync(_current)
+
+        return await self._db.write(tx)
+
+    async def revision(self) -> str | None:
+        """The schema revision in the store, or None when it was never migrated."""
+
+        async def tx(conn: AsyncConnection) -> str | None:
+            return await conn.run_sync(_current_or_none)
+
+        return await self._db.read(tx)
+
+    async def ensure_current(self) -> None:
+        """Raise StoreError unless the schema is at the newest revision."""
+        head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
+        current = await self.revision()
+        if current != head:
+            raise StoreError(
+                f"the store at {self.url_masked} is not migrated (at {current or 'nothing'}, "
+                f"needs {head}); run `omnipost migrate`."
+            )
+
+    def __repr__(self) -> str:
+        return f"Store({self.url_masked})"
+
+
+def _upgrade(sync_conn: sa.Connection) -> None:
+    cfg = _alembic_config()
+    cfg.attributes["connection"] = sync_conn
+    command.upgrade(cfg, "head")
+
+
+def _current_or_none(sync_conn: sa.Connection) -> str | None:
+    return MigrationContext.configure(sync_conn).get_current_revision()
+
+
+def _current(sync_conn: sa.Connection) -> str:
+    return _current_or_none(sync_conn) or ""
