@@ -76,6 +76,9 @@ class Database:
         if self.dialect == "sqlite":
             _install_sqlite_hooks(self.engine)
         self._reader = self.engine.execution_options(omnipost_read=True)
+        # SQLite has one writer at a time. Queue this process's writers here rather than in
+        # SQLite's busy handler, which sleeps in steps of up to 100 ms.
+        self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
 
     @property
     def is_sqlite(self) -> bool:
@@ -86,7 +89,10 @@ class Database:
 
     async def write(self, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
         """Run ``fn`` in one write transaction (``BEGIN IMMEDIATE`` on SQLite)."""
-        return await self._run(self.engine, fn)
+        if self._write_lock is None:
+            return await self._run(self.engine, fn)
+        async with self._write_lock:
+            return await self._run(self.engine, fn)
 
     async def read(self, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
         """Run ``fn`` in one read transaction (deferred on SQLite, so it never waits on writers)."""
@@ -104,7 +110,7 @@ class Database:
                 log.warning("store connection lost; retrying in %.2fs", delay_s)
             except _Locked:
                 if attempt == _RETRIES - 1:
-                    raise StoreError("the SQLite store stayed locked by another process.") from None
+                    raise StoreError("the store stayed locked by other writers; try again.") from None
             await asyncio.sleep(delay_s)
             delay_s = min(delay_s * 2, 2.0)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -124,7 +130,8 @@ async def _translated() -> AsyncIterator[None]:
     except exc.IntegrityError as err:
         raise Conflict("that item already exists.") from err
     except exc.DBAPIError as err:
-        if "database is locked" in str(err.orig) or "database is busy" in str(err.orig):
+        text = str(err.orig)
+        if "database is locked" in text or "deadlock detected" in text or "could not serialize" in text:
             raise _Locked from err
         if err.connection_invalidated or isinstance(err, exc.InterfaceError):
             raise StoreUnavailable("the store connection was lost.") from err

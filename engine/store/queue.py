@@ -185,10 +185,16 @@ class QueueRepo:
     async def renew(self, owner: str, *, lease_s: float, now: float) -> int:
         """Extend every lease ``owner`` holds; returns how many it still holds."""
 
+        mine = sa.select(N.c.id).where((N.c.lease_owner == owner) & (N.c.state == _LEASED))
+        if not self._db.is_sqlite:
+            # Rows being completed right now are skipped: they need no renewal, and waiting
+            # on them would invite a deadlock with the completer.
+            mine = mine.order_by(N.c.id).with_for_update(skip_locked=True)
+
         async def tx(conn: AsyncConnection) -> int:
             result = await conn.execute(
                 N.update()
-                .where((N.c.lease_owner == owner) & (N.c.state == _LEASED))
+                .where(N.c.id.in_(mine.scalar_subquery()))
                 .values(lease_expires_at=now + lease_s)
             )
             return int(result.rowcount)
@@ -200,7 +206,7 @@ class QueueRepo:
 
         async def tx(conn: AsyncConnection) -> int:
             count = 0
-            for item in leased:
+            for item in sorted(leased, key=lambda item: item.id):
                 result = await conn.execute(
                     _fenced(item, owner).values(
                         state=_QUEUED, lease_owner=None, lease_expires_at=None
@@ -214,15 +220,26 @@ class QueueRepo:
     async def complete(self, completions: Sequence[Completion], *, worker: str) -> list[bool]:
         """Write outcomes back, each only if its lease still holds (same owner and attempt).
         Returns, per completion, whether it was applied; a delivery log row is written for
-        each applied one."""
+        each applied one. Deliveries are written with one statement per batch."""
 
         async def tx(conn: AsyncConnection) -> list[bool]:
-            applied = [await _apply(conn, c) for c in completions]
-            log_rows = [_log_row(c, worker) for c, ok in zip(completions, applied, strict=True) if ok]
+            ok: set[int] = set()
+            delivered = [c for c in completions if c.state is NotificationState.DELIVERED]
+            for start in range(0, len(delivered), _CHUNK):
+                ok |= await _apply_delivered(conn, delivered[start : start + _CHUNK])
+            # The rest are rare (retries, throttles, dead letters): one by one, in id order,
+            # as every multi-row writer here, so that two writers never deadlock.
+            for c in completions:
+                if c.state is not NotificationState.DELIVERED and await _apply(conn, c):
+                    ok.add(c.leased.id)
+            applied = [c.leased.id in ok for c in completions]
+            log_rows = [_log_row(c, worker) for c in completions if c.leased.id in ok]
             if log_rows:
                 await conn.execute(delivery_log.insert(), log_rows)
             return applied
 
+        if len({c.leased.id for c in completions}) != len(completions):
+            raise ValueError("a batch of completions must not name a notification twice")
         return await self._db.write(tx) if completions else []
 
     async def reap(self, now: float) -> int:
@@ -350,6 +367,27 @@ def _fenced(item: Leased, owner: str) -> sa.Update:
         & (N.c.attempt == item.attempt)
         & (N.c.state == _LEASED)
     )
+
+
+async def _apply_delivered(conn: AsyncConnection, batch: Sequence[Completion]) -> set[int]:
+    owner = batch[0].leased.owner
+    pairs = sorted((c.leased.id, c.leased.attempt) for c in batch)
+    stmt = (
+        N.update()
+        .where(
+            sa.tuple_(N.c.id, N.c.attempt).in_(pairs)
+            & (N.c.lease_owner == owner)
+            & (N.c.state == _LEASED)
+        )
+        .values(
+            state=NotificationState.DELIVERED.value,
+            lease_owner=None,
+            lease_expires_at=None,
+            finished_at=max(c.ts for c in batch),
+        )
+        .returning(N.c.id)
+    )
+    return {row.id for row in await conn.execute(stmt)}
 
 
 async def _apply(conn: AsyncConnection, c: Completion) -> bool:

@@ -1,0 +1,107 @@
+"""The engine's view of its configuration: tenants, providers (with live instances), limits.
+
+Refreshed from the store on an interval, so a change made by another process (a rate set from
+the CLI while a worker runs) reaches this one too.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from engine.domain import BucketKey, Limit
+from engine.errors import OmniPostError
+from engine.limiter import Limiter
+from engine.providers.base import Provider, ProviderConfig, ProviderFactory
+from engine.store import PairLimit, ProviderRecord, Store, TenantRecord
+
+__all__ = ["Directory"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Directory:
+    store: Store
+    limiter: Limiter
+    factories: Mapping[str, ProviderFactory]
+    tenants: dict[int, TenantRecord] = field(default_factory=dict)
+    providers: dict[int, ProviderRecord] = field(default_factory=dict)
+    instances: dict[int, Provider] = field(default_factory=dict)
+    limits: dict[BucketKey, Limit] = field(default_factory=dict)
+    broken: dict[int, str] = field(default_factory=dict)  # provider id -> why it cannot be built
+
+    def tenant_id(self, name: str) -> int | None:
+        return next((t.id for t in self.tenants.values() if t.name == name), None)
+
+    def provider_id(self, name: str) -> int | None:
+        return next((p.id for p in self.providers.values() if p.name == name), None)
+
+    async def refresh(self) -> None:
+        """Reload everything; reconfigure the limiter and rebuild providers that changed."""
+        tenants = await self.store.config.tenants()
+        providers = await self.store.config.providers(with_secrets=True)
+        pairs = await self.store.config.pair_limits()
+        self.tenants = {t.id: t for t in tenants}
+        await self._apply_limits(_limits(tenants, providers, pairs))
+        await self._rebuild(providers)
+
+    async def _apply_limits(self, wanted: dict[BucketKey, Limit]) -> None:
+        for key in self.limits.keys() - wanted.keys():
+            await self.limiter.configure(key, None)
+        for key, limit in wanted.items():
+            if self.limits.get(key) != limit:
+                await self.limiter.configure(key, limit)
+        self.limits = wanted
+
+    async def _rebuild(self, providers: list[ProviderRecord]) -> None:
+        fresh = {p.id: p for p in providers}
+        for pid, old in list(self.providers.items()):
+            new = fresh.get(pid)
+            if new is None or (new.kind, new.options, new.secrets) != (
+                old.kind,
+                old.options,
+                old.secrets,
+            ):
+                instance = self.instances.pop(pid, None)
+                if instance is not None:
+                    await instance.aclose()
+        for pid, record in fresh.items():
+            if pid not in self.instances:
+                self._build(record)
+        self.providers = fresh
+
+    def _build(self, record: ProviderRecord) -> None:
+        factory = self.factories.get(record.kind)
+        self.broken.pop(record.id, None)
+        if factory is None:
+            self.broken[record.id] = f"provider kind {record.kind!r} is not known"
+            log.error("provider %s: kind %r is not known", record.name, record.kind)
+            return
+        config = ProviderConfig(record.name, record.kind, record.options, record.secrets)
+        try:
+            self.instances[record.id] = factory(config)
+        except OmniPostError as exc:
+            self.broken[record.id] = exc.message
+            log.error("provider %s cannot be built: %s", record.name, exc.message)
+
+    async def aclose(self) -> None:
+        for instance in self.instances.values():
+            await instance.aclose()
+        self.instances.clear()
+
+
+def _limits(
+    tenants: list[TenantRecord], providers: list[ProviderRecord], pairs: list[PairLimit]
+) -> dict[BucketKey, Limit]:
+    wanted: dict[BucketKey, Limit] = {}
+    for t in tenants:
+        if t.limit is not None:
+            wanted[BucketKey.for_tenant(t.name)] = t.limit
+    for p in providers:
+        if p.limit is not None:
+            wanted[BucketKey.for_provider(p.name)] = p.limit
+    for pair in pairs:
+        wanted[BucketKey.for_pair(pair.tenant, pair.provider)] = pair.limit
+    return wanted

@@ -1,0 +1,346 @@
+"""The dispatch loop of design.md: tokens first, then leases, then deliveries.
+
+1. Know which (tenant, provider) keys have due work (a grouped query, refreshed on wake-up).
+2. Visit them round-robin; for each reserve up to ``batch`` tokens from all its buckets.
+3. Lease at most that many; give back the tokens not used.
+4. Hand the leases to a fixed pool of delivery tasks (bounded concurrency).
+5. With nothing to do, sleep until the next token of a key with work, a wake-up, or a poll.
+
+Outcomes are written back in batches by one completer task, fenced on owner and attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from engine.clock import Clock
+from engine.directory import Directory
+from engine.domain import BucketKey, Message, NotificationState, Outcome, SendResult
+from engine.errors import OmniPostError
+from engine.limiter import Limiter, Reservation
+from engine.policy import RetryPolicy, decide, round_robin
+from engine.store import Completion, DueKey, Leased, Store
+from engine.telemetry import Telemetry
+
+__all__ = ["Dispatcher", "DispatcherSettings"]
+
+log = logging.getLogger(__name__)
+
+Key = tuple[int, int]  # (tenant id, provider id)
+
+
+@dataclass(frozen=True, slots=True)
+class DispatcherSettings:
+    concurrency: int = 16
+    batch: int = 32  # most leases taken for one key in one visit
+    lease_s: float = 30.0
+    poll_s: float = 0.5  # longest sleep without a wake-up
+    send_timeout_s: float = 60.0  # a provider call longer than this is a transient failure
+    stop_timeout_s: float = 10.0  # in-flight sends get this long to finish on stop
+    completion_batch: int = 256
+    retry: RetryPolicy = RetryPolicy()
+
+
+class Dispatcher:
+    """Runs on whatever loop it is started on; installs no signal handlers."""
+
+    def __init__(
+        self,
+        store: Store,
+        limiter: Limiter,
+        directory: Directory,
+        telemetry: Telemetry,
+        clock: Clock,
+        *,
+        owner: str,
+        settings: DispatcherSettings,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._store = store
+        self._limiter = limiter
+        self._dir = directory
+        self._telemetry = telemetry
+        self._clock = clock
+        self.owner = owner
+        self.settings = settings
+        self.concurrency = settings.concurrency
+        self._rng = rng or random.Random()
+        self._work: asyncio.Queue[Leased | None] = asyncio.Queue()  # None: a worker exits
+        self._busy = 0
+        self._done: list[Completion] = []
+        self._done_ready = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._due: dict[Key, DueKey] = {}
+        self._due_stale = True
+        self._refreshed_at = -1e9
+        self._last: Key | None = None
+        self._workers: list[asyncio.Task[None]] = []
+        self._stopping = False
+        self.delivered = 0
+        self.on_wait: Callable[[float], None] | None = None  # tests observe sleeps
+
+    # -- control ----------------------------------------------------------------------------
+
+    @property
+    def inflight(self) -> int:
+        return self._work.qsize() + self._busy
+
+    def wake(self) -> None:
+        """New work may be there (a local enqueue, a notification from another process)."""
+        self._due_stale = True
+        self._wake.set()
+
+    def set_concurrency(self, n: int) -> None:
+        if n < 1:
+            raise OmniPostError("concurrency must be at least 1.")
+        self.concurrency = n
+        self._resize()
+        self._wake.set()
+
+    def _resize(self) -> None:
+        self._workers = [t for t in self._workers if not t.done()]
+        while len(self._workers) < self.concurrency and not self._stopping:
+            index = len(self._workers)
+            task = asyncio.create_task(self._deliver_loop(index), name=f"omnipost-deliver-{index}")
+            self._workers.append(task)
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    async def run(self, paused: asyncio.Event) -> None:
+        """Dispatch until ``stop_claiming``; waits while ``paused`` is clear."""
+        self._resize()
+        while not self._stopping:
+            if not paused.is_set():
+                await paused.wait()
+                continue
+            if self._due_stale or self._clock.monotonic() - self._refreshed_at >= self.settings.poll_s:
+                await self._refresh_due()
+            wait_s = await self._round()
+            if wait_s > 0:
+                await self._sleep(wait_s)
+
+    def stop_claiming(self) -> None:
+        self._stopping = True
+        self._wake.set()
+
+    async def _refresh_due(self) -> None:
+        self._due_stale = False
+        self._refreshed_at = self._clock.monotonic()
+        enabled = [t.id for t in self._dir.tenants.values() if t.enabled]
+        rows = await self._store.queue.due_keys(self._clock.wall(), enabled)
+        self._due = {(r.tenant_id, r.provider_id): r for r in rows}
+
+    async def _round(self) -> float:
+        """One pass over the keys with due work; returns how long to sleep (0: go again)."""
+        now = self._clock.wall()
+        wait_s = self.settings.poll_s
+        progressed = False
+        keys = sorted(k for k, d in self._due.items() if d.due > 0)
+        for key in round_robin(keys, self._last):
+            free = self.concurrency - self.inflight
+            if free <= 0:
+                return wait_s if not progressed else 0.0
+            got, key_wait_s = await self._serve(key, min(free, self.settings.batch))
+            progressed |= got > 0
+            wait_s = min(wait_s, key_wait_s)
+        for due in self._due.values():
+            if due.due == 0 and due.next_available_at > now:
+                wait_s = min(wait_s, due.next_available_at - now)
+        return 0.0 if progressed else max(wait_s, 0.001)
+
+    async def _serve(self, key: Key, room: int) -> tuple[int, float]:
+        tenant_id, provider_id = key
+        tenant = self._dir.tenants.get(tenant_id)
+        provider = self._dir.providers.get(provider_id)
+        if tenant is None or provider is None or provider_id not in self._dir.instances:
+            return 0, self.settings.poll_s
+        due = self._due[key]
+        buckets = BucketKey.for_send(tenant.name, provider.name)
+        reservation = await self._limiter.reserve(buckets, min(room, due.due))
+        if reservation.granted == 0:
+            return 0, reservation.wait_s
+        leased = await self._store.queue.claim(
+            tenant_id,
+            provider_id,
+            reservation.granted,
+            owner=self.owner,
+            lease_s=self.settings.lease_s,
+            now=self._clock.wall(),
+        )
+        await self._give_back(reservation, reservation.granted - len(leased))
+        left = due.due - len(leased) if len(leased) == reservation.granted else 0
+        self._due[key] = DueKey(tenant_id, provider_id, left, due.next_available_at)
+        if left == 0:
+            self._due_stale = True  # drained, or the count was off: look again next round
+        self._last = key
+        for item in leased:
+            self._work.put_nowait(item)
+        return len(leased), 0.0 if left else self.settings.poll_s
+
+    async def _give_back(self, reservation: Reservation, n: int) -> None:
+        if n > 0:
+            await self._limiter.refund(reservation, n)
+
+    async def _sleep(self, wait_s: float) -> None:
+        if self.on_wait is not None:
+            self.on_wait(wait_s)
+        self._wake.clear()
+        try:
+            async with asyncio.timeout(wait_s):
+                await self._wake.wait()
+        except TimeoutError:
+            pass
+
+    # -- deliveries -------------------------------------------------------------------------
+
+    async def _deliver_loop(self, index: int) -> None:
+        while index < self.concurrency:
+            item = await self._work.get()
+            if item is None:
+                return
+            self._busy += 1
+            try:
+                await self._deliver(item)
+            finally:
+                self._busy -= 1
+                self._wake.set()
+
+    async def _deliver(self, item: Leased) -> None:
+        tenant = self._dir.tenants.get(item.tenant_id)
+        record = self._dir.providers.get(item.provider_id)
+        provider = self._dir.instances.get(item.provider_id)
+        if tenant is None or record is None or provider is None:
+            result = SendResult.transient("provider is not available in this worker")
+        else:
+            message = Message(
+                notification_id=item.id,
+                tenant=tenant.name,
+                provider=record.name,
+                recipient=item.recipient,
+                payload=item.payload,
+                idempotency_key=item.idempotency_key,
+                attempt=item.attempt,
+            )
+            result = await self._send(provider.send(message))
+            if result.outcome is Outcome.THROTTLED:
+                await self._throttle(record.name, result)
+        self._finish(item, result)
+
+    async def _send(self, call: object) -> SendResult:
+        try:
+            async with asyncio.timeout(self.settings.send_timeout_s):
+                return await call  # type: ignore[misc,no-any-return]
+        except TimeoutError:
+            return SendResult.transient(f"provider did not answer in {self.settings.send_timeout_s:g}s")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a provider bug must not kill the worker
+            log.exception("provider raised instead of returning an outcome")
+            return SendResult.transient(f"provider error: {type(exc).__name__}")
+
+    async def _throttle(self, provider: str, result: SendResult) -> None:
+        hold_s = decide(
+            result, failures=0, max_attempts=1, policy=self.settings.retry, rand=0.0
+        ).throttle_s
+        if hold_s:
+            await self._limiter.block(BucketKey.for_provider(provider), hold_s)
+
+    def _finish(self, item: Leased, result: SendResult) -> None:
+        decision = decide(
+            result,
+            failures=item.failures,
+            max_attempts=item.max_attempts,
+            policy=self.settings.retry,
+            rand=self._rng.random(),
+        )
+        now = self._clock.wall()
+        self._done.append(
+            Completion(
+                leased=item,
+                outcome=result.outcome,
+                state=decision.state,
+                detail=result.detail,
+                available_at=now + decision.delay_s,
+                spend_attempt=decision.spend_attempt,
+                ts=now,
+                latency_s=now - item.enqueued_at,
+            )
+        )
+        self._done_ready.set()
+
+    # -- completions ------------------------------------------------------------------------
+
+    async def complete_loop(self) -> None:
+        """Write outcomes back in batches until cancelled; the last flush happens in ``flush``."""
+        while True:
+            await self._done_ready.wait()
+            await asyncio.sleep(0.005)  # let a few more finish, to write them together
+            try:
+                await self.flush()
+            except OmniPostError as exc:
+                # Kept and written again; if the leases expire meanwhile, the fencing
+                # refuses them and the notifications are delivered again (at least once).
+                log.warning("writing outcomes failed, will retry: %s", exc.message)
+                await asyncio.sleep(1.0)
+
+    async def flush(self) -> None:
+        while self._done:
+            batch = sorted(self._done[: self.settings.completion_batch], key=lambda c: c.leased.id)
+            applied = await self._store.queue.complete(batch, worker=self.owner)
+            del self._done[: len(batch)]
+            self._account(batch, applied)
+        self._done_ready.clear()
+
+    def _account(self, batch: list[Completion], applied: list[bool]) -> None:
+        requeued = False
+        for completion, ok in zip(batch, applied, strict=True):
+            if not ok:
+                self._telemetry.count("takeovers")
+                continue
+            dead = completion.state is NotificationState.DEAD
+            self._telemetry.record(
+                completion.outcome, dead=dead, latency_s=completion.latency_s
+            )
+            if completion.state is NotificationState.DELIVERED:
+                self.delivered += 1
+            requeued |= completion.state is NotificationState.QUEUED
+        if requeued:
+            self.wake()
+
+    # -- stopping ---------------------------------------------------------------------------
+
+    async def drain(self) -> None:
+        """After ``stop_claiming``: return unsent leases, let sends finish, write outcomes."""
+        unsent = [item for item in _take_all(self._work) if item is not None]
+        busy = [t for t in self._workers if not t.done()]
+        for _ in busy:
+            self._work.put_nowait(None)
+        if unsent:
+            await self._store.queue.release(self.owner, unsent)
+        if busy:
+            _done, pending = await asyncio.wait(busy, timeout=self.settings.stop_timeout_s)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            # A cancelled send keeps its lease until it expires; the reaper then requeues it.
+        await self.flush()
+
+    def has_pending(self) -> bool:
+        return bool(self.inflight or self._done)
+
+    def __repr__(self) -> str:
+        return (
+            f"Dispatcher(owner={self.owner!r}, concurrency={self.concurrency}, "
+            f"inflight={self.inflight}, pending_writes={len(self._done)})"
+        )
+
+
+def _take_all(queue: asyncio.Queue[Leased | None]) -> list[Leased | None]:
+    items = []
+    while not queue.empty():
+        items.append(queue.get_nowait())
+    return items
