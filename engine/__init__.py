@@ -23,14 +23,28 @@ from engine.domain import (
     parse_rate,
 )
 from engine.engine import Engine, EngineSettings, EngineState, SimulationProgress
-from engine.errors import ConfigError, Conflict, NotFound, OmniPostError, StoreError, StoreUnavailable
+from engine.errors import (
+    ConfigError,
+    Conflict,
+    NotFound,
+    OmniPostError,
+    StoreError,
+    StoreUnavailable,
+)
 from engine.limiter import Limiter, Reservation
 from engine.local_limiter import LocalLimiter
 from engine.policy import RetryPolicy
 from engine.providers import BUILTIN_KINDS, Provider, ProviderConfig, ProviderFactory
 from engine.ratelimit import TokenBucket
 from engine.simulate import Pattern, predicted_drain_s
-from engine.store import NotificationView, ProviderRecord, Store, TenantRecord, WorkerRecord, masked_url
+from engine.store import (
+    NotificationView,
+    ProviderRecord,
+    Store,
+    TenantRecord,
+    WorkerRecord,
+    masked_url,
+)
 from engine.telemetry import Counters, Snapshot, TenantDepth
 
 __all__ = [

@@ -14,7 +14,7 @@ __all__ = ["SecretBox", "mask", "mask_mapping"]
 class SecretBox:
     """Encrypts and decrypts short strings; the first key encrypts, every key decrypts."""
 
-    __slots__ = ("_fernet", "_count")
+    __slots__ = ("_count", "_fernet")
 
     def __init__(self, keys: Sequence[str | bytes]) -> None:
         if not keys:

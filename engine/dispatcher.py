@@ -15,7 +15,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.clock import Clock
 from engine.directory import Directory
@@ -42,7 +42,7 @@ class DispatcherSettings:
     send_timeout_s: float = 60.0  # a provider call longer than this is a transient failure
     stop_timeout_s: float = 10.0  # in-flight sends get this long to finish on stop
     completion_batch: int = 256
-    retry: RetryPolicy = RetryPolicy()
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
 
 
 class Dispatcher:
@@ -117,7 +117,10 @@ class Dispatcher:
             if not paused.is_set():
                 await paused.wait()
                 continue
-            if self._due_stale or self._clock.monotonic() - self._refreshed_at >= self.settings.poll_s:
+            if (
+                self._due_stale
+                or self._clock.monotonic() - self._refreshed_at >= self.settings.poll_s
+            ):
                 await self._refresh_due()
             wait_s = await self._round()
             if wait_s > 0:
@@ -235,7 +238,9 @@ class Dispatcher:
             async with asyncio.timeout(self.settings.send_timeout_s):
                 return await call  # type: ignore[misc,no-any-return]
         except TimeoutError:
-            return SendResult.transient(f"provider did not answer in {self.settings.send_timeout_s:g}s")
+            return SendResult.transient(
+                f"provider did not answer in {self.settings.send_timeout_s:g}s"
+            )
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a provider bug must not kill the worker
@@ -302,9 +307,7 @@ class Dispatcher:
                 self._telemetry.count("takeovers")
                 continue
             dead = completion.state is NotificationState.DEAD
-            self._telemetry.record(
-                completion.outcome, dead=dead, latency_s=completion.latency_s
-            )
+            self._telemetry.record(completion.outcome, dead=dead, latency_s=completion.latency_s)
             if completion.state is NotificationState.DELIVERED:
                 self.delivered += 1
             requeued |= completion.state is NotificationState.QUEUED

@@ -14,7 +14,7 @@ import random
 import socket
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
@@ -46,7 +46,7 @@ _UNSET: Any = object()
 
 @dataclass(frozen=True, slots=True)
 class EngineSettings:
-    dispatch: DispatcherSettings = DispatcherSettings()
+    dispatch: DispatcherSettings = field(default_factory=DispatcherSettings)
     heartbeat_s: float = 2.0  # lease renewal and worker heartbeat
     reap_s: float = 5.0
     config_refresh_s: float = 2.0  # picks up limits changed by other processes
@@ -109,6 +109,7 @@ class Engine:
         self._tasks: list[asyncio.Task[None]] = []
         self._started_at = 0.0
         self._stopped = asyncio.Event()
+        self._side: set[asyncio.Future[None]] = set()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -204,7 +205,15 @@ class Engine:
         self.failure = f"{task.get_name()} stopped: {reason}"
         log.error("engine failing: %s", self.failure, exc_info=exc)
         self.state = EngineState.FAILED
-        asyncio.ensure_future(self.stop())
+        self._keep(asyncio.ensure_future(self.stop()))
+
+    def _keep(self, future: asyncio.Future[None]) -> None:
+        self._side.add(future)
+        future.add_done_callback(self._side.discard)
+
+    async def wait_stopped(self) -> None:
+        """Return once the engine has stopped, by ``stop()`` or because it failed."""
+        await self._stopped.wait()
 
     async def _every(self, interval_s: float, step: Callable[[], Awaitable[None]]) -> None:
         """Run ``step`` every ``interval_s``; a store hiccup is logged, not fatal."""
@@ -258,7 +267,9 @@ class Engine:
             while self.state in (EngineState.RUNNING, EngineState.PAUSED):
                 depth = await self.store.queue.depth()
                 busy = any(
-                    r.count for r in depth if r.state in (NotificationState.QUEUED, NotificationState.LEASED)
+                    r.count
+                    for r in depth
+                    if r.state in (NotificationState.QUEUED, NotificationState.LEASED)
                 )
                 if not busy and not self.dispatcher.has_pending():
                     return True
@@ -273,7 +284,9 @@ class Engine:
 
     # -- configuration ----------------------------------------------------------------------
 
-    async def add_tenant(self, name: str, limit: Limit | None = None, *, enabled: bool = True) -> TenantRecord:
+    async def add_tenant(
+        self, name: str, limit: Limit | None = None, *, enabled: bool = True
+    ) -> TenantRecord:
         record = await self.store.config.add_tenant(
             name, limit, enabled=enabled, now=self.clock.wall(), actor=self.actor
         )
@@ -290,7 +303,9 @@ class Engine:
         await self._applied()
         return record
 
-    def check_provider(self, name: str, kind: str, options: Mapping[str, str], secrets: Mapping[str, str]) -> None:
+    def check_provider(
+        self, name: str, kind: str, options: Mapping[str, str], secrets: Mapping[str, str]
+    ) -> None:
         """Raise ConfigError with one sentence unless the provider could be built as given."""
         validate_name("provider", name)
         factory = self.factories.get(kind)
@@ -299,7 +314,7 @@ class Engine:
             raise ConfigError(f"provider kind {kind!r} is not known; use one of {kinds}.")
         provider = factory(ProviderConfig(name, kind, dict(options), dict(secrets)))
         # Built only to validate; nothing was opened yet, so closing is cheap.
-        asyncio.ensure_future(provider.aclose())
+        self._keep(asyncio.ensure_future(provider.aclose()))
 
     async def add_provider(
         self,
@@ -407,7 +422,16 @@ class Engine:
         rows = []
         for provider, recipient, payload, key, priority in items:
             _, provider_id = await self._ids(tenant, provider)
-            rows.append(_new(provider_id, recipient, payload, key, priority, self.settings.max_attempts))
+            rows.append(
+                _new(
+                    provider_id,
+                    recipient=recipient,
+                    payload=payload,
+                    key=key,
+                    priority=priority,
+                    max_attempts=self.settings.max_attempts,
+                )
+            )
         results = await self.store.queue.enqueue(tenant_id, rows, now=self.clock.wall())
         self.dispatcher.wake()
         return results
@@ -416,9 +440,11 @@ class Engine:
         self, tenant: str, *, state: NotificationState | None = None, limit: int = 100
     ) -> list[NotificationView]:
         tenant_id, _ = await self._ids(tenant)
-        return await self.store.queue.list(tenant_id, state=state, limit=limit)
+        return await self.store.queue.list_by_tenant(tenant_id, state=state, limit=limit)
 
-    async def dead(self, tenant: str | None = None, *, limit: int = 1000) -> list[tuple[str, NotificationView]]:
+    async def dead(
+        self, tenant: str | None = None, *, limit: int = 1000
+    ) -> list[tuple[str, NotificationView]]:
         """Dead notifications as (tenant name, view), of one tenant or of every tenant."""
         names = [tenant] if tenant is not None else [t.name for t in await self.tenants()]
         found: list[tuple[str, NotificationView]] = []
@@ -451,7 +477,9 @@ class Engine:
         self.dispatcher.wake()
         return total
 
-    async def test_send(self, provider: str, recipient: str, payload: dict[str, Any] | None = None) -> SendResult:
+    async def test_send(
+        self, provider: str, recipient: str, payload: dict[str, Any] | None = None
+    ) -> SendResult:
         """Send one message through ``provider`` now, outside the queue and the limits."""
         await self.directory.refresh()
         provider_id = self.directory.provider_id(provider)
@@ -503,7 +531,13 @@ class Engine:
                 continue
             for tenant in tenants:
                 items = [
-                    (provider, f"sim{i}@{tenant}.example", {"sim": run, "n": i}, f"sim-{run}-{i}", 0)
+                    (
+                        provider,
+                        f"sim{i}@{tenant}.example",
+                        {"sim": run, "n": i},
+                        f"sim-{run}-{i}",
+                        0,
+                    )
                     for i in range(done, upto)
                 ]
                 await self.enqueue_many(tenant, items)
@@ -565,6 +599,7 @@ class Engine:
 
 def _new(
     provider_id: int,
+    *,
     recipient: str,
     payload: dict[str, Any],
     key: str | None,

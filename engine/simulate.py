@@ -48,7 +48,9 @@ def schedule(
     return offsets
 
 
-def predicted_drain_s(count: int, rate_per_s: float | None, burst: float, arrival_s: float) -> float:
+def predicted_drain_s(
+    count: int, rate_per_s: float | None, burst: float, arrival_s: float
+) -> float:
     """Seconds from the start until the last of ``count`` notifications can be sent through a
     bucket of ``rate_per_s`` and ``burst`` (``None``: unlimited) when arrivals end at
     ``arrival_s``: the later of the arrivals' end and the bucket's own pace."""

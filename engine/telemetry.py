@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from engine.clock import Clock
 from engine.domain import BucketLevel, Outcome
 
-__all__ = ["Counters", "Snapshot", "TenantDepth", "Telemetry", "percentile"]
+__all__ = ["Counters", "Snapshot", "Telemetry", "TenantDepth", "percentile"]
 
 _RATE_SPAN_S = 5
 
@@ -76,7 +76,9 @@ class Telemetry:
         self._latencies: deque[float] = deque(maxlen=latency_window)
         self.loop_lag_s = 0.0
 
-    def record(self, outcome: Outcome, *, dead: bool = False, latency_s: float | None = None) -> None:
+    def record(
+        self, outcome: Outcome, *, dead: bool = False, latency_s: float | None = None
+    ) -> None:
         second = int(self._clock.monotonic())
         if not self._per_second or self._per_second[-1][0] != second:
             self._per_second.append((second, {}))

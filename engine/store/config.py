@@ -1,4 +1,4 @@
-"""Tenants, providers, limits, workers and the audit log: the store's small, slow-changing tables."""
+"""Tenants, providers, limits, workers and the audit log: the small, slow-changing tables."""
 
 from __future__ import annotations
 
@@ -111,7 +111,9 @@ class ConfigRepo:
 
         async def tx(conn: AsyncConnection) -> ProviderRecord:
             if await _provider_row(conn, name) is not None:
-                raise Conflict(f"provider {name!r} already exists; use `provider set` to change it.")
+                raise Conflict(
+                    f"provider {name!r} already exists; use `provider set` to change it."
+                )
             values = {
                 "name": name,
                 "kind": kind,
@@ -159,7 +161,9 @@ class ConfigRepo:
             if secrets:
                 values["secrets"] = self._seal(_merge(self._open(row.secrets), secrets))
             if values:
-                await conn.execute(providers.update().where(providers.c.id == row.id).values(values))
+                await conn.execute(
+                    providers.update().where(providers.c.id == row.id).values(values)
+                )
                 detail = {"name": name, "changed": sorted(values)}
                 await _audit(conn, now, actor, "provider.set", None, detail)
             new = await _provider_row(conn, name)
@@ -235,13 +239,23 @@ class ConfigRepo:
     async def pair_limits(self) -> list[PairLimit]:
         async def tx(conn: AsyncConnection) -> list[PairLimit]:
             query = (
-                sa.select(rate_limits, tenants.c.name.label("t"), providers.c.name.label("p"))
+                sa.select(
+                    rate_limits,
+                    tenants.c.name.label("tenant_name"),
+                    providers.c.name.label("provider_name"),
+                )
                 .join(tenants, tenants.c.id == rate_limits.c.tenant_id)
                 .join(providers, providers.c.id == rate_limits.c.provider_id)
                 .order_by(tenants.c.name, providers.c.name)
             )
             return [
-                PairLimit(r.tenant_id, r.provider_id, r.t, r.p, Limit(r.rate_per_s, r.burst))
+                PairLimit(
+                    r.tenant_id,
+                    r.provider_id,
+                    r.tenant_name,
+                    r.provider_name,
+                    Limit(r.rate_per_s, r.burst),
+                )
                 for r in await conn.execute(query)
             ]
 

@@ -17,7 +17,7 @@ from sqlalchemy import event, exc
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from engine.errors import Conflict, ConfigError, StoreError, StoreUnavailable
+from engine.errors import ConfigError, Conflict, StoreError, StoreUnavailable
 
 __all__ = ["Database", "masked_url", "normalize_url"]
 
@@ -38,7 +38,9 @@ def normalize_url(text: str) -> URL:
         ) from err
     backend = url.get_backend_name()
     if backend not in ("sqlite", "postgresql"):
-        raise ConfigError(f"store URL scheme {backend!r} is not supported; use sqlite or postgresql.")
+        raise ConfigError(
+            f"store URL scheme {backend!r} is not supported; use sqlite or postgresql."
+        )
     driver = url.get_driver_name()
     if backend == "sqlite":
         if driver not in ("pysqlite", "aiosqlite"):
@@ -58,7 +60,7 @@ def masked_url(url: URL | str) -> str:
             url = make_url(url)
         except exc.ArgumentError:
             return "<invalid URL>"
-    return url.render_as_string(hide_password=True)
+    return url.set(drivername=url.get_backend_name()).render_as_string(hide_password=True)
 
 
 class Database:
@@ -107,10 +109,12 @@ class Database:
             except StoreUnavailable:
                 if attempt == _RETRIES - 1:
                     raise
-                log.warning("store connection lost; retrying in %.2fs", delay_s)
+                log.info("store connection lost; retrying in %.2fs", delay_s)
             except _Locked:
                 if attempt == _RETRIES - 1:
-                    raise StoreError("the store stayed locked by other writers; try again.") from None
+                    raise StoreError(
+                        "the store stayed locked by other writers; try again."
+                    ) from None
             await asyncio.sleep(delay_s)
             delay_s = min(delay_s * 2, 2.0)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -131,7 +135,11 @@ async def _translated() -> AsyncIterator[None]:
         raise Conflict("that item already exists.") from err
     except exc.DBAPIError as err:
         text = str(err.orig)
-        if "database is locked" in text or "deadlock detected" in text or "could not serialize" in text:
+        if (
+            "database is locked" in text
+            or "deadlock detected" in text
+            or "could not serialize" in text
+        ):
             raise _Locked from err
         if err.connection_invalidated or isinstance(err, exc.InterfaceError):
             raise StoreUnavailable("the store connection was lost.") from err

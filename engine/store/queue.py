@@ -279,7 +279,7 @@ class QueueRepo:
 
         return await self._db.read(tx)
 
-    async def list(
+    async def list_by_tenant(
         self,
         tenant_id: int,
         *,

@@ -18,6 +18,7 @@ from engine.errors import StoreError
 from engine.store.config import ConfigRepo
 from engine.store.database import Database, masked_url, normalize_url
 from engine.store.queue import QueueRepo
+from engine.store.stats import StatsRepo
 
 __all__ = ["Store"]
 
@@ -37,6 +38,7 @@ class Store:
         self._db = Database(normalize_url(url), pool_size=pool_size)
         self.config = ConfigRepo(self._db, box)
         self.queue = QueueRepo(self._db, box)
+        self.stats = StatsRepo(self._db)
 
     @property
     def dialect(self) -> str:

@@ -1,0 +1,608 @@
+"""The CLI's commands. Each returns an exit code; bad input raises ConfigError and friends,
+which ``app.cli`` turns into one sentence and exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import getpass
+import hashlib
+import json
+import signal
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.config import Paths
+from app.output import fmt_limit, limit_json, print_json, print_table
+from app.progress import report_progress, summary_line
+from app.wiring import build_engine, build_store
+from engine import (
+    ConfigError,
+    Engine,
+    Limit,
+    NotFound,
+    Outcome,
+    Pattern,
+    SecretBox,
+    Store,
+    mask,
+    masked_url,
+    parse_rate,
+)
+
+_UNCHANGED: Any = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    paths: Paths
+    db_url: str
+    box: SecretBox = None  # type: ignore[assignment]
+
+    @property
+    def actor(self) -> str:
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):
+            user = "unknown"
+        return f"cli:{user}@{socket.gethostname()}"[:100]
+
+
+@contextlib.asynccontextmanager
+async def open_engine(
+    ctx: Context, *, concurrency: int = 16, lease_s: float = 30.0
+) -> AsyncIterator[Engine]:
+    async with build_store(ctx.db_url, ctx.box) as store:
+        engine = build_engine(store, concurrency=concurrency, lease_s=lease_s, actor=ctx.actor)
+        async with engine:
+            yield engine
+
+
+def _limit(args: argparse.Namespace, *, adding: bool) -> Limit | None:
+    """The limit the flags ask for: None to remove, _UNCHANGED when none was given."""
+    if getattr(args, "unlimited", False) or getattr(args, "clear", False):
+        if args.rate is not None or args.burst is not None:
+            raise ConfigError("give either --unlimited or --rate/--burst, not both.")
+        return None
+    if args.rate is None:
+        if args.burst is not None:
+            raise ConfigError("--burst needs --rate as well.")
+        return None if adding else _UNCHANGED
+    rate = parse_rate(args.rate)
+    burst = args.burst if args.burst is not None else max(1.0, rate)
+    return Limit(rate, burst)
+
+
+# -- migrate -------------------------------------------------------------------------------
+
+
+async def migrate(args: argparse.Namespace, ctx: Context) -> int:
+    async with build_store(ctx.db_url, ctx.box) as store:
+        revision = await store.migrate()
+    print(f"store {masked_url(ctx.db_url)} is at revision {revision}")
+    return 0
+
+
+# -- tenants -------------------------------------------------------------------------------
+
+
+async def tenant_add(args: argparse.Namespace, ctx: Context) -> int:
+    limit = _limit(args, adding=True)
+    async with open_engine(ctx) as engine:
+        record = await engine.add_tenant(args.name, limit, enabled=args.enabled is not False)
+    print(f"tenant {record.name} added: {fmt_limit(record.limit)}")
+    return 0
+
+
+async def tenant_set(args: argparse.Namespace, ctx: Context) -> int:
+    limit = _limit(args, adding=False)
+    if limit is _UNCHANGED and args.enabled is None:
+        raise ConfigError(
+            "nothing to change; give --rate/--burst, --unlimited, --enable or --disable."
+        )
+    async with open_engine(ctx) as engine:
+        record = await engine.update_tenant(args.name, limit=limit, enabled=args.enabled)
+    state = "enabled" if record.enabled else "disabled"
+    print(f"tenant {record.name}: {fmt_limit(record.limit)}, {state}")
+    return 0
+
+
+async def tenant_list(args: argparse.Namespace, ctx: Context) -> int:
+    async with open_engine(ctx) as engine:
+        tenants = await engine.tenants()
+    if args.json:
+        print_json(
+            [{"name": t.name, "limit": limit_json(t.limit), "enabled": t.enabled} for t in tenants]
+        )
+    else:
+        print_table(
+            ["TENANT", "LIMIT", "ENABLED"],
+            [(t.name, fmt_limit(t.limit), "yes" if t.enabled else "no") for t in tenants],
+        )
+    return 0
+
+
+# -- providers -----------------------------------------------------------------------------
+
+
+async def provider_add(args: argparse.Namespace, ctx: Context) -> int:
+    limit = _limit(args, adding=True)
+    async with open_engine(ctx) as engine:
+        record = await engine.add_provider(
+            args.name, args.kind, limit, dict(args.option), dict(args.secret)
+        )
+    print(f"provider {record.name} ({record.kind}) added: {fmt_limit(record.limit)}")
+    return 0
+
+
+async def provider_set(args: argparse.Namespace, ctx: Context) -> int:
+    limit = _limit(args, adding=False)
+    if limit is _UNCHANGED and not (args.kind or args.option or args.secret):
+        raise ConfigError("nothing to change; give --kind, --rate, --option or --secret.")
+    async with open_engine(ctx) as engine:
+        record = await engine.update_provider(
+            args.name,
+            kind=args.kind,
+            limit=limit,
+            options=dict(args.option),
+            secrets=dict(args.secret),
+        )
+    print(f"provider {record.name} ({record.kind}): {fmt_limit(record.limit)}")
+    return 0
+
+
+async def provider_list(args: argparse.Namespace, ctx: Context) -> int:
+    async with open_engine(ctx) as engine:
+        providers = await engine.providers()
+    if args.json:
+        print_json(
+            [
+                {
+                    "name": p.name,
+                    "kind": p.kind,
+                    "limit": limit_json(p.limit),
+                    "options": p.options,
+                    "secrets": dict.fromkeys(p.secret_names, "********"),
+                }
+                for p in providers
+            ]
+        )
+        return 0
+    rows = [
+        (
+            p.name,
+            p.kind,
+            fmt_limit(p.limit),
+            " ".join(f"{k}={v}" for k, v in sorted(p.options.items())),
+            " ".join(f"{k}=********" for k in p.secret_names),
+        )
+        for p in providers
+    ]
+    print_table(["PROVIDER", "KIND", "LIMIT", "OPTIONS", "SECRETS"], rows)
+    return 0
+
+
+async def provider_test(args: argparse.Namespace, ctx: Context) -> int:
+    async with open_engine(ctx) as engine:
+        result = await engine.test_send(args.name, args.recipient)
+    print(
+        f"test send to {mask(args.recipient)} via {args.name}: {result.outcome.value}"
+        + (f" ({result.detail})" if result.detail else "")
+    )
+    return 0 if result.outcome is Outcome.DELIVERED else 1
+
+
+# -- limits --------------------------------------------------------------------------------
+
+
+async def limit_set(args: argparse.Namespace, ctx: Context) -> int:
+    limit = _limit(args, adding=False)
+    if limit is _UNCHANGED:
+        raise ConfigError("give --rate (and --burst), or --clear.")
+    async with open_engine(ctx) as engine:
+        await engine.set_pair_limit(args.tenant, args.provider, limit)
+    print(f"limit of {args.tenant} on {args.provider}: {fmt_limit(limit)}")
+    return 0
+
+
+async def limit_list(args: argparse.Namespace, ctx: Context) -> int:
+    async with build_store(ctx.db_url, ctx.box) as store:
+        await store.ensure_current()
+        pairs = await store.config.pair_limits()
+    if args.json:
+        print_json(
+            [
+                {"tenant": p.tenant, "provider": p.provider, "limit": limit_json(p.limit)}
+                for p in pairs
+            ]
+        )
+    else:
+        print_table(
+            ["TENANT", "PROVIDER", "LIMIT"],
+            [(p.tenant, p.provider, fmt_limit(p.limit)) for p in pairs],
+        )
+    return 0
+
+
+# -- enqueue -------------------------------------------------------------------------------
+
+Item = tuple[str, str, dict[str, Any], str | None, int]
+
+
+def _payload(text: str, where: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{where}the payload is not valid JSON ({exc.msg}).") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}the payload must be a JSON object.")
+    return value
+
+
+def _read_lines(path: str) -> list[str]:
+    if path == "-":
+        return sys.stdin.read().splitlines()
+    try:
+        return Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}.") from None
+
+
+def _parse_line(number: int, line: str) -> tuple[str, Item]:
+    where = f"line {number}: "
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{where}not valid JSON ({exc.msg}).") from None
+    if not isinstance(obj, dict):
+        raise ConfigError(f"{where}expected a JSON object.")
+    for field in ("tenant", "provider", "recipient"):
+        if not isinstance(obj.get(field), str) or not obj[field]:
+            raise ConfigError(f"{where}{field!r} must be a non-empty string.")
+    payload = obj.get("payload", {})
+    if not isinstance(payload, dict):
+        raise ConfigError(f"{where}'payload' must be a JSON object.")
+    key = obj.get("key")
+    if key is not None and not isinstance(key, str):
+        raise ConfigError(f"{where}'key' must be a string.")
+    priority = obj.get("priority", 0)
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise ConfigError(f"{where}'priority' must be a whole number.")
+    # A line without a key gets one from its content, so running a file twice adds nothing.
+    key = key or "file-" + hashlib.sha256(line.strip().encode()).hexdigest()[:32]
+    return obj["tenant"], (obj["provider"], obj["recipient"], payload, key, priority)
+
+
+def _group(lines: Iterable[str]) -> dict[str, list[Item]]:
+    by_tenant: dict[str, list[Item]] = {}
+    for number, line in enumerate(lines, 1):
+        if line.strip():
+            tenant, item = _parse_line(number, line)
+            by_tenant.setdefault(tenant, []).append(item)
+    return by_tenant
+
+
+async def enqueue(args: argparse.Namespace, ctx: Context) -> int:
+    if args.file is not None:
+        if args.tenant or args.provider or args.recipient or args.key:
+            raise ConfigError("give either --file or TENANT PROVIDER RECIPIENT, not both.")
+        return await _enqueue_file(args.file, ctx)
+    if not (args.tenant and args.provider and args.recipient):
+        raise ConfigError("enqueue needs TENANT PROVIDER RECIPIENT, or --file PATH.")
+    payload = _payload(args.payload, "")
+    async with open_engine(ctx) as engine:
+        result = await engine.enqueue(
+            args.tenant,
+            args.provider,
+            args.recipient,
+            payload,
+            key=args.key,
+            priority=args.priority,
+        )
+    word = "already queued as" if result.duplicate else "queued as"
+    print(f"{word} {result.id} (key {result.idempotency_key})")
+    return 0
+
+
+async def _enqueue_file(path: str, ctx: Context) -> int:
+    by_tenant = _group(_read_lines(path))
+    async with open_engine(ctx) as engine:
+        for tenant, items in by_tenant.items():  # check every name before writing anything
+            for provider in {item[0] for item in items}:
+                if engine.directory.provider_id(provider) is None:
+                    raise NotFound(f"no provider named {provider!r}.")
+            if engine.directory.tenant_id(tenant) is None:
+                raise NotFound(f"no tenant named {tenant!r}.")
+        fresh = duplicates = 0
+        for tenant, items in by_tenant.items():
+            results = await engine.enqueue_many(tenant, items)
+            duplicates += sum(r.duplicate for r in results)
+            fresh += sum(not r.duplicate for r in results)
+    print(f"queued {fresh}, already queued {duplicates}")
+    return 0
+
+
+# -- worker and simulation -----------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: asyncio.Event) -> Any:
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+    try:
+        yield
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+async def _run_until(engine: Engine, waits: list[asyncio.Future[Any]], quiet: bool) -> None:
+    stop = asyncio.Event()
+    with _stop_on_signals(stop):
+        tasks = [
+            *waits,
+            asyncio.ensure_future(stop.wait()),
+            asyncio.ensure_future(engine.wait_stopped()),
+        ]
+        progress = None if quiet else asyncio.ensure_future(report_progress(engine))
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in [*tasks, *([progress] if progress else [])]:
+                task.cancel()
+            await asyncio.gather(*tasks, *([progress] if progress else []), return_exceptions=True)
+
+
+async def worker(args: argparse.Namespace, ctx: Context) -> int:
+    start = time.monotonic()
+    async with open_engine(ctx, concurrency=args.concurrency, lease_s=args.lease_s) as engine:
+        await engine.start()
+        if not args.quiet:
+            print(
+                f"worker {engine.worker_id} on {masked_url(ctx.db_url)}, "
+                f"concurrency {args.concurrency}",
+                file=sys.stderr,
+            )
+        waits: list[asyncio.Future[Any]] = []
+        if args.until_empty:
+            waits.append(asyncio.ensure_future(engine.run_until_empty()))
+        if args.duration:
+            waits.append(asyncio.ensure_future(asyncio.sleep(args.duration)))
+        await _run_until(engine, waits, args.quiet)
+        await engine.stop()
+        snap = await engine.snapshot()
+    print(summary_line(snap, time.monotonic() - start))
+    if engine.failure:
+        print(f"omnipost: the worker stopped: {engine.failure}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def simulate(args: argparse.Namespace, ctx: Context) -> int:
+    tenants = [t.strip() for t in args.tenant.split(",") if t.strip()]
+    if not tenants:
+        raise ConfigError("name at least one tenant.")
+    start = time.monotonic()
+    async with open_engine(ctx, concurrency=args.concurrency) as engine:
+        for tenant in tenants:
+            await engine.notifications(tenant, limit=1)  # NotFound before anything is queued
+        if not args.no_dispatch:
+            await engine.start()
+        sim = asyncio.ensure_future(
+            engine.simulate(
+                tenants,
+                args.provider,
+                args.count,
+                pattern=Pattern(args.pattern),
+                duration_s=args.duration,
+            )
+        )
+        waits: list[asyncio.Future[Any]] = [sim]
+        if not args.no_dispatch:
+            waits = [asyncio.ensure_future(_after(sim, engine.run_until_empty()))]
+        await _run_until(engine, waits, quiet=False)
+        if sim.done() and not sim.cancelled() and sim.exception() is not None:
+            raise sim.exception()  # type: ignore[misc]
+        await engine.stop()
+        snap = await engine.snapshot()
+    print(summary_line(snap, time.monotonic() - start))
+    return 1 if engine.failure else 0
+
+
+async def _after(first: asyncio.Future[Any], then: Any) -> Any:
+    await first
+    return await then
+
+
+async def demo(args: argparse.Namespace, ctx: Context) -> int:
+    """Create demo tenants and simulated providers (once), then run a live burst."""
+    async with build_store(ctx.db_url, ctx.box) as store:
+        await store.migrate()
+    async with open_engine(ctx, concurrency=32) as engine:
+        existing = {t.name for t in await engine.tenants()}
+        for name, limit in (("acme", Limit(50, 20)), ("globex", Limit(20, 10)), ("initech", None)):
+            if name not in existing:
+                await engine.add_tenant(name, limit)
+        providers = {p.name for p in await engine.providers()}
+        if "sms-sim" not in providers:
+            await engine.add_provider(
+                "sms-sim",
+                "simulated",
+                Limit(60, 30),
+                {
+                    "latency_ms": "20",
+                    "latency_jitter_ms": "10",
+                    "error_rate": "0.02",
+                    "throttle_rate": "0.01",
+                    "retry_after_s": "0.5",
+                },
+            )
+    print(
+        "demo: tenants acme (50/s), globex (20/s), initech (unlimited); provider sms-sim (60/s)",
+        file=sys.stderr,
+    )
+    sim_args = argparse.Namespace(
+        tenant="acme,globex,initech",
+        provider="sms-sim",
+        count=args.count,
+        pattern="spike",
+        duration=0.0,
+        concurrency=32,
+        no_dispatch=False,
+    )
+    return await simulate(sim_args, ctx)
+
+
+# -- stats and dead letters ----------------------------------------------------------------
+
+
+async def stats(args: argparse.Namespace, ctx: Context) -> int:
+    async with open_engine(ctx) as engine:
+        snap = await engine.snapshot(with_workers=True)
+        since = time.time() - 60
+        recent = await engine.store.stats.outcomes_since(since)
+        tenants = await engine.tenants()
+        providers = await engine.providers()
+        workers = await engine.workers()
+    if args.json:
+        print_json(
+            {
+                "store": masked_url(ctx.db_url),
+                "depth": [_depth_json(d) for d in snap.depth],
+                "last_60s": {o.value: n for o, n in recent.items()},
+                "delivered_per_s_60s": recent[Outcome.DELIVERED] / 60,
+                "workers": [
+                    {
+                        "id": w.id,
+                        "host": w.host,
+                        "pid": w.pid,
+                        "state": w.state,
+                        "concurrency": w.concurrency,
+                        "delivered": w.delivered,
+                        "heartbeat_at": w.heartbeat_at,
+                    }
+                    for w in workers
+                ],
+                "limits": {
+                    **{f"tenant:{t.name}": limit_json(t.limit) for t in tenants},
+                    **{f"provider:{p.name}": limit_json(p.limit) for p in providers},
+                },
+            }
+        )
+        return 0
+    print(f"store {masked_url(ctx.db_url)}")
+    print_table(
+        ["TENANT", "QUEUED", "IN FLIGHT", "DELIVERED", "DEAD", "OLDEST QUEUED"],
+        [
+            (
+                d.tenant,
+                d.queued,
+                d.leased,
+                d.delivered,
+                d.dead,
+                "-" if d.oldest_queued_age_s is None else f"{d.oldest_queued_age_s:.1f}s",
+            )
+            for d in snap.depth
+        ],
+    )
+    print(
+        "last 60 s: "
+        + ", ".join(f"{o.value} {n}" for o, n in recent.items())
+        + f" ({recent[Outcome.DELIVERED] / 60:.1f} delivered/s)"
+    )
+    print(f"live workers: {len(workers)}")
+    for w in workers:
+        print(f"  {w.id} state {w.state} concurrency {w.concurrency} delivered {w.delivered}")
+    return 0
+
+
+def _depth_json(d: Any) -> dict[str, Any]:
+    return {
+        "tenant": d.tenant,
+        "queued": d.queued,
+        "leased": d.leased,
+        "delivered": d.delivered,
+        "dead": d.dead,
+        "oldest_queued_age_s": d.oldest_queued_age_s,
+    }
+
+
+async def dead_list(args: argparse.Namespace, ctx: Context) -> int:
+    async with open_engine(ctx) as engine:
+        rows = await engine.dead(args.tenant)
+        names = {p.id: p.name for p in await engine.providers()}
+    if args.json:
+        print_json(
+            [
+                {
+                    "id": v.id,
+                    "tenant": t,
+                    "provider": names.get(v.provider_id),
+                    "recipient": v.recipient_masked,
+                    "key": v.idempotency_key,
+                    "failures": v.failures,
+                    "attempt": v.attempt,
+                    "error": v.last_error,
+                    "finished_at": v.finished_at,
+                }
+                for t, v in rows
+            ]
+        )
+        return 0
+    print_table(
+        ["ID", "TENANT", "PROVIDER", "RECIPIENT", "ATTEMPTS", "ERROR"],
+        [
+            (
+                v.id,
+                t,
+                names.get(v.provider_id),
+                v.recipient_masked,
+                v.attempt,
+                (v.last_error or "")[:60],
+            )
+            for t, v in rows
+        ],
+    )
+    return 0
+
+
+async def _dead_action(args: argparse.Namespace, ctx: Context, retry: bool) -> int:
+    if bool(args.ids) == bool(args.all):
+        raise ConfigError("give the IDs of dead notifications, or --all.")
+    ids = None if args.all else list(args.ids)
+    async with open_engine(ctx) as engine:
+        if retry:
+            count = await engine.retry_dead(ids, tenant=args.tenant)
+        else:
+            count = await engine.discard_dead(ids, tenant=args.tenant)
+    verb = "queued again" if retry else "discarded"
+    print(f"{count} dead notification{'s' if count != 1 else ''} {verb}")
+    if ids is not None and count < len(set(ids)):
+        print(
+            f"omnipost: {len(set(ids)) - count} of the IDs are not dead notifications"
+            + (f" of {args.tenant}" if args.tenant else ""),
+            file=sys.stderr,
+        )
+        return 2
+    return 0
+
+
+async def dead_retry(args: argparse.Namespace, ctx: Context) -> int:
+    return await _dead_action(args, ctx, retry=True)
+
+
+async def dead_discard(args: argparse.Namespace, ctx: Context) -> int:
+    return await _dead_action(args, ctx, retry=False)
+
+
+__all__ = ["Context", "Store"]

@@ -1,0 +1,44 @@
+"""Live progress lines for long CLI runs (worker, simulate)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+
+from engine import Engine, Snapshot
+
+__all__ = ["report_progress", "summary_line"]
+
+
+def summary_line(snap: Snapshot, elapsed_s: float, rate_per_s: float | None = None) -> str:
+    """One line: totals so far, the delivery rate (since the last line, or the mean), depth,
+    latency and the first few buckets' levels."""
+    if rate_per_s is None:
+        rate_per_s = snap.totals.delivered / elapsed_s if elapsed_s > 0 else 0.0
+    queued = sum(d.queued for d in snap.depth)
+    leased = sum(d.leased for d in snap.depth)
+    totals = snap.totals
+    buckets = " ".join(f"{b.key}={b.tokens:.0f}/{b.burst:g}" for b in snap.buckets[:4]) + (
+        " ..." if len(snap.buckets) > 4 else ""
+    )
+    p95 = "-" if snap.latency_p95_s is None else f"{snap.latency_p95_s * 1000:.0f}ms"
+    return (
+        f"[{elapsed_s:6.1f}s] delivered {totals.delivered} ({rate_per_s:.1f}/s) "
+        f"queued {queued} in-flight {leased} throttled {totals.throttled} "
+        f"retried {totals.failed} dead {totals.dead} p95 {p95}"
+        + (f" | {buckets}" if snap.buckets else "")
+    )
+
+
+async def report_progress(engine: Engine, interval_s: float = 1.0) -> None:
+    """Print one line every ``interval_s`` to stderr until cancelled."""
+    start = last_t = time.monotonic()
+    last_delivered = engine.telemetry.totals().delivered
+    while True:
+        await asyncio.sleep(interval_s)
+        snap = await engine.snapshot()
+        now = time.monotonic()
+        rate = (snap.totals.delivered - last_delivered) / max(now - last_t, 1e-6)
+        last_t, last_delivered = now, snap.totals.delivered
+        print(summary_line(snap, now - start, rate), file=sys.stderr, flush=True)

@@ -1,0 +1,130 @@
+"""A provider that delivers nothing and answers like a real one: for demos, bursts and tests.
+
+Options (all strings, all optional):
+
+``latency_ms`` (default 5) and ``latency_jitter_ms`` (default 0)
+    Each send waits a latency drawn uniformly from ``latency_ms ± latency_jitter_ms``, clamped
+    at 0. Uniform rather than lognormal on purpose: it is bounded, so a test or a burst demo
+    knows the longest a send can take, and its mean is ``latency_ms`` whenever the jitter is
+    not larger than the mean.
+``throttle_rate``, ``error_rate``, ``permanent_rate`` (each 0 to 1, default 0, sum at most 1)
+    The chance that a send is throttled (with ``retry_after_s``, default 1.0), fails
+    transiently, or fails permanently. The rest are delivered.
+``seed``
+    A whole number that makes the sequence of latencies and outcomes reproducible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Self
+
+from engine.domain import Message, SendResult
+from engine.errors import ConfigError
+from engine.providers._options import Options
+from engine.providers.base import ProviderConfig
+
+__all__ = ["KIND", "SimulatedProvider"]
+
+KIND = "simulated"
+
+_OPTIONS = (
+    "latency_ms",
+    "latency_jitter_ms",
+    "error_rate",
+    "throttle_rate",
+    "retry_after_s",
+    "permanent_rate",
+    "seed",
+)
+
+
+class SimulatedProvider:
+    """Sleeps a random latency, then draws an outcome with the configured probabilities.
+
+    ``rng`` (a ``random.Random``) wins over ``seed``; with neither, draws are unseeded.
+    Raises ``ConfigError`` when the rates add up to more than 1.
+    """
+
+    def __init__(
+        self,
+        name: str = KIND,
+        *,
+        latency_ms: float = 5.0,
+        latency_jitter_ms: float = 0.0,
+        error_rate: float = 0.0,
+        throttle_rate: float = 0.0,
+        permanent_rate: float = 0.0,
+        retry_after_s: float = 1.0,
+        seed: int | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if throttle_rate + error_rate + permanent_rate > 1.0 + 1e-9:
+            raise ConfigError(
+                f"provider {name!r}: options 'throttle_rate', 'error_rate' and "
+                "'permanent_rate' must add up to at most 1."
+            )
+        self.name = name
+        self.latency_ms = latency_ms
+        self.latency_jitter_ms = latency_jitter_ms
+        self.error_rate = error_rate
+        self.throttle_rate = throttle_rate
+        self.permanent_rate = permanent_rate
+        self.retry_after_s = retry_after_s
+        self.seed = seed
+        self._rng = rng if rng is not None else random.Random(seed)
+        self.sent = 0
+
+    @classmethod
+    def from_config(cls, config: ProviderConfig) -> Self:
+        """Build from string options; raises ``ConfigError`` naming the first bad option."""
+        opts = Options(config)
+        opts.check_known(_OPTIONS)
+        seed = opts.integer("seed", None, low=-(2**63), high=2**63 - 1)
+        return cls(
+            config.name,
+            latency_ms=opts.number("latency_ms", 5.0),
+            latency_jitter_ms=opts.number("latency_jitter_ms", 0.0),
+            error_rate=opts.rate("error_rate"),
+            throttle_rate=opts.rate("throttle_rate"),
+            permanent_rate=opts.rate("permanent_rate"),
+            retry_after_s=opts.number("retry_after_s", 1.0, high=86_400.0),
+            seed=seed,
+        )
+
+    def draw_latency_s(self) -> float:
+        """One latency in seconds: uniform over ``latency_ms ± latency_jitter_ms``, at least 0."""
+        jitter = self.latency_jitter_ms
+        drawn = self.latency_ms + (self._rng.uniform(-jitter, jitter) if jitter else 0.0)
+        return max(0.0, drawn) / 1000.0
+
+    def draw_result(self) -> SendResult:
+        """One outcome, from a single uniform draw split by the configured rates."""
+        draw = self._rng.random()
+        if draw < self.throttle_rate:
+            return SendResult.throttled(self.retry_after_s, "simulated throttle")
+        draw -= self.throttle_rate
+        if draw < self.error_rate:
+            return SendResult.transient("simulated transient failure")
+        draw -= self.error_rate
+        if draw < self.permanent_rate:
+            return SendResult.permanent("simulated permanent failure")
+        return SendResult.delivered("simulated")
+
+    async def send(self, message: Message) -> SendResult:
+        """Wait the drawn latency, then return the drawn outcome. Never raises."""
+        await asyncio.sleep(self.draw_latency_s())
+        self.sent += 1
+        return self.draw_result()
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
+    def __repr__(self) -> str:
+        return (
+            f"SimulatedProvider(name={self.name!r}, latency_ms={self.latency_ms:g}"
+            f"±{self.latency_jitter_ms:g}, throttle_rate={self.throttle_rate:g}, "
+            f"error_rate={self.error_rate:g}, permanent_rate={self.permanent_rate:g}, "
+            f"sent={self.sent})"
+        )

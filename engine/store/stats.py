@@ -1,0 +1,33 @@
+"""Aggregates across tenants for operators: counts only, never a tenant's data."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from engine.domain import Outcome
+from engine.store.database import Database
+from engine.store.schema import delivery_log
+
+__all__ = ["StatsRepo"]
+
+
+class StatsRepo:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def outcomes_since(self, since: float) -> dict[Outcome, int]:
+        """How many sends ended in each outcome (by any worker) since ``since`` (unix s)."""
+
+        async def tx(conn: AsyncConnection) -> dict[Outcome, int]:
+            query = (
+                sa.select(delivery_log.c.outcome, sa.func.count())
+                .where(delivery_log.c.ts >= since)
+                .group_by(delivery_log.c.outcome)
+            )
+            counts = dict.fromkeys(Outcome, 0)
+            for outcome, count in await conn.execute(query):
+                counts[Outcome(outcome)] = int(count)
+            return counts
+
+        return await self._db.read(tx)

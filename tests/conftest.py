@@ -1,0 +1,115 @@
+"""Shared fixtures: stores on SQLite and on Postgres, engines over them.
+
+Tests marked ``postgres`` skip with a reason when no server answers, except under CI (the
+``CI`` environment variable set), where they fail instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from engine import (
+    BUILTIN_KINDS,
+    DispatcherSettings,
+    Engine,
+    EngineSettings,
+    LocalLimiter,
+    SecretBox,
+    Store,
+    SystemClock,
+)
+
+PG_ADMIN_URL = os.environ.get("OMNIPOST_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+IN_CI = bool(os.environ.get("CI"))
+BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+async def _pg_admin(sql: str) -> None:
+    import asyncpg
+
+    url = make_url(PG_ADMIN_URL)
+    conn = await asyncpg.connect(
+        host=url.host, port=url.port or 5432, user=url.username, database=url.database, timeout=5
+    )
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+def _postgres_or_skip() -> None:
+    try:
+        asyncio.run(_pg_admin("SELECT 1"))
+    except (TimeoutError, OSError, ImportError) as exc:
+        reason = f"PostgreSQL is not reachable at {PG_ADMIN_URL}: {exc}"
+        if IN_CI:
+            pytest.fail(f"{reason} (CI is set, so this fails instead of skipping)")
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def box() -> SecretBox:
+    return SecretBox([SecretBox.generate_key()])
+
+
+def make_pg_database() -> str:
+    """Create a fresh database; returns its URL. The caller drops it with drop_pg_database."""
+    _postgres_or_skip()
+    name = f"omnipost_t_{uuid.uuid4().hex[:12]}"
+    asyncio.run(_pg_admin(f'CREATE DATABASE "{name}"'))
+    return make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+
+
+def drop_pg_database(url: str) -> None:
+    name = make_url(url).database
+    asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(params=BACKENDS)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A URL of an empty store, once on SQLite and once on Postgres."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'omnipost.db'}"
+        return
+    url = make_pg_database()
+    try:
+        yield url
+    finally:
+        drop_pg_database(url)
+
+
+@pytest.fixture
+async def store(store_url: str, box: SecretBox) -> AsyncIterator[Store]:
+    """A migrated, empty store."""
+    async with Store(store_url, box) as s:
+        await s.migrate()
+        yield s
+
+
+EngineFactory = Callable[..., Awaitable[Engine]]
+
+
+@pytest.fixture
+async def make_engine(store: Store) -> AsyncIterator[EngineFactory]:
+    """Builds engines on the test's store; every one is closed at the end of the test."""
+    engines: list[Engine] = []
+
+    async def build(concurrency: int = 16, **dispatch: object) -> Engine:
+        settings = EngineSettings(
+            dispatch=DispatcherSettings(concurrency=concurrency, **dispatch)  # type: ignore[arg-type]
+        )
+        engine = Engine(store, LocalLimiter(SystemClock()), BUILTIN_KINDS, settings=settings)
+        await engine.open()
+        engines.append(engine)
+        return engine
+
+    yield build
+    for engine in engines:
+        await engine.close()
