@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from engine import (
     BUILTIN_KINDS,
+    ConfigError,
     DispatcherSettings,
     Engine,
     EngineSettings,
+    Limiter,
     LocalLimiter,
     SecretBox,
     Store,
@@ -26,15 +28,27 @@ def build_engine(
     concurrency: int = 16,
     lease_s: float = 30.0,
     actor: str = "cli",
+    redis_url: str | None = None,
 ) -> Engine:
+    """An engine on ``store``; its buckets live in Redis at ``redis_url`` when one is given
+    (shared by every process there), else in this process."""
     clock = SystemClock()
     settings = EngineSettings(dispatch=DispatcherSettings(concurrency=concurrency, lease_s=lease_s))
+    limiter: Limiter = LocalLimiter(clock)
+    if redis_url:
+        try:
+            from engine.redis_limiter import RedisLimiter
+        except ImportError as exc:  # redis is an optional dependency
+            raise ConfigError(
+                "--redis needs the redis package: pip install 'omnipost[redis]'."
+            ) from exc
+        limiter = RedisLimiter(redis_url, clock=clock)
     return Engine(
         store,
-        LocalLimiter(clock),
+        limiter,
         BUILTIN_KINDS,
         clock=clock,
         settings=settings,
         actor=actor,
-        limiter_backend="local",
+        limiter_backend="redis" if redis_url else "local",
     )
