@@ -41,26 +41,34 @@ class SecretBox:
         return self._fernet.encrypt(plaintext.encode("utf-8")).decode("ascii")
 
     def decrypt(self, token: str) -> str:
+        """Raises ``OmniPostError`` when no configured key opens ``token``."""
         try:
             return self._fernet.decrypt(token.encode("ascii")).decode("utf-8")
         except (InvalidToken, ValueError) as exc:
-            raise OmniPostError(
-                "a stored secret cannot be decrypted with the configured keys; "
-                "check OMNIPOST_KEYS or the key file."
-            ) from exc
+            raise _undecryptable() from exc
 
     def rotate(self, token: str) -> str:
-        """Re-encrypt ``token`` under the newest key."""
-        return self._fernet.rotate(token.encode("ascii")).decode("ascii")
+        """Re-encrypt ``token`` under the newest key; raises as ``decrypt`` does."""
+        try:
+            return self._fernet.rotate(token.encode("ascii")).decode("ascii")
+        except (InvalidToken, ValueError) as exc:
+            raise _undecryptable() from exc
 
     def __repr__(self) -> str:
         return f"SecretBox(keys={self._count})"
 
 
+def _undecryptable() -> OmniPostError:
+    return OmniPostError(
+        "a stored secret cannot be decrypted with the configured keys; "
+        "check OMNIPOST_KEYS or the key file."
+    )
+
+
 def mask(value: str) -> str:
     """Show enough of a secret to recognise it and no more.
 
-    ``alice@example.com`` -> ``a***@e***.com``; ``+15551234567`` -> ``+1*******67``;
+    ``alice@example.com`` -> ``a***@e***.com``; ``+15551234567`` -> ``+1********67``;
     anything of 6 characters or fewer -> ``***``.
     """
     if "@" in value:

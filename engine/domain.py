@@ -165,16 +165,16 @@ def parse_rate(text: str) -> float:
         raise ConfigError(f"cannot read {text[:40]!r} as a rate; write N, N/s, N/min or N/h.")
     rate = float(match.group(1)) / _PER_S[match.group(2)]
     if not math.isfinite(rate) or rate <= 0:
-        raise ConfigError(f"rate {text[:40]!r} must be above 0.")
+        raise ConfigError(f"rate {text[:40]!r} must be a finite number above 0.")
     return rate
 
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 
 
 def validate_name(kind: str, name: str) -> str:
     """Tenant and provider names: 1-63 of letters, digits, '_', '.', '-', starting alphanumeric."""
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):  # match() would let a trailing newline through ($)
         shown = name[:40] + ("..." if len(name) > 40 else "")
         raise ConfigError(
             f"{kind} name {shown!r} is not valid; use 1-63 letters, digits, '_', '.' or '-'."

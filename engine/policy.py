@@ -5,6 +5,7 @@ The dispatcher only carries these decisions out; tests check them as tables.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -29,7 +30,9 @@ class RetryPolicy:
 
     def backoff_s(self, failures: int, rand: float) -> float:
         """Delay after the ``failures``-th failure (>= 1); ``rand`` is uniform in [0, 1)."""
-        delay = min(self.cap_s, self.base_s * 2.0 ** max(0, failures - 1))
+        # 2.0 ** n overflows past n = 1023; every sane cap is reached long before that.
+        doublings = min(max(0, failures - 1), 1023)
+        delay = min(self.cap_s, self.base_s * 2.0**doublings)
         return delay * (1.0 - self.jitter) + delay * self.jitter * rand
 
 
@@ -50,7 +53,7 @@ def decide(
         return Decision(NotificationState.DELIVERED)
     if result.outcome is Outcome.THROTTLED:
         wait_s = result.retry_after_s
-        if wait_s is None or wait_s < 0:
+        if wait_s is None or math.isnan(wait_s) or wait_s < 0:
             wait_s = policy.default_retry_after_s
         wait_s = min(wait_s, policy.max_retry_after_s)
         return Decision(NotificationState.QUEUED, delay_s=wait_s, throttle_s=wait_s)

@@ -17,7 +17,7 @@ from sqlalchemy import event, exc
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from engine.errors import ConfigError, Conflict, StoreError, StoreUnavailable
+from engine.errors import ConfigError, Conflict, NotFound, StoreError, StoreUnavailable
 
 __all__ = ["Database", "masked_url", "normalize_url"]
 
@@ -32,7 +32,7 @@ def normalize_url(text: str) -> URL:
     """``sqlite:///PATH`` or ``postgresql://...`` (an explicit async driver is kept)."""
     try:
         url = make_url(text)
-    except exc.ArgumentError as err:
+    except (exc.ArgumentError, ValueError) as err:  # a bad port is a ValueError
         raise ConfigError(
             "the store URL is not valid; use sqlite:///PATH or postgresql://USER@HOST/DB."
         ) from err
@@ -58,7 +58,7 @@ def masked_url(url: URL | str) -> str:
     if isinstance(url, str):
         try:
             url = make_url(url)
-        except exc.ArgumentError:
+        except (exc.ArgumentError, ValueError):
             return "<invalid URL>"
     return url.set(drivername=url.get_backend_name()).render_as_string(hide_password=True)
 
@@ -132,6 +132,8 @@ async def _translated() -> AsyncIterator[None]:
     try:
         yield
     except exc.IntegrityError as err:
+        if "foreign key" in str(err.orig).lower():
+            raise NotFound("that refers to a tenant or provider that does not exist.") from err
         raise Conflict("that item already exists.") from err
     except exc.DBAPIError as err:
         text = str(err.orig)

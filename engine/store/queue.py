@@ -57,15 +57,15 @@ class QueueRepo:
         async def tx(conn: AsyncConnection) -> list[EnqueueResult]:
             ids: dict[str, int] = {}
             fresh: set[str] = set()
-            for start in range(0, len(rows), _CHUNK):
-                chunk = rows[start : start + _CHUNK]
-                stmt = (
-                    self._insert(N)
-                    .values(chunk)
-                    .on_conflict_do_nothing(index_elements=[N.c.tenant_id, N.c.idempotency_key])
-                    .returning(N.c.id, N.c.idempotency_key)
-                )
-                for row in await conn.execute(stmt):
+            # One cached statement run as executemany: SQLAlchemy batches it into multi-row
+            # INSERT ... RETURNING ("insertmanyvalues") without compiling per call.
+            stmt = (
+                self._insert(N)
+                .on_conflict_do_nothing(index_elements=[N.c.tenant_id, N.c.idempotency_key])
+                .returning(N.c.id, N.c.idempotency_key)
+            )
+            if rows:
+                for row in await conn.execute(stmt, rows):
                     ids[row.idempotency_key] = row.id
                     fresh.add(row.idempotency_key)
             missing = [r["idempotency_key"] for r in rows if r["idempotency_key"] not in ids]

@@ -1,0 +1,213 @@
+"""The pure policies as tables: what a provider's answer leads to, backoff, visiting order."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from engine.domain import NotificationState, SendResult
+from engine.policy import Decision, RetryPolicy, decide, round_robin
+
+QUEUED = NotificationState.QUEUED
+DEAD = NotificationState.DEAD
+DEFAULT = RetryPolicy()  # base 1 s, cap 300 s, jitter 0.5, retry-after 1 s by default, 1 h at most
+
+
+# (result, failures so far, max_attempts, rand, decision)
+DECISIONS: dict[str, tuple[SendResult, int, int, float, Decision]] = {
+    "delivered": (SendResult.delivered(), 0, 5, 0.3, Decision(NotificationState.DELIVERED)),
+    "delivered on the last attempt": (
+        SendResult.delivered(),
+        4,
+        5,
+        0.3,
+        Decision(NotificationState.DELIVERED),
+    ),
+    "throttled with retry-after": (
+        SendResult.throttled(2.5),
+        0,
+        5,
+        0.3,
+        Decision(QUEUED, delay_s=2.5, throttle_s=2.5),
+    ),
+    "throttled without retry-after": (
+        SendResult.throttled(),
+        0,
+        5,
+        0.3,
+        Decision(QUEUED, delay_s=1.0, throttle_s=1.0),
+    ),
+    "throttled, retry-after 0": (
+        SendResult.throttled(0.0),
+        0,
+        5,
+        0.3,
+        Decision(QUEUED, delay_s=0.0, throttle_s=0.0),
+    ),
+    "throttled, negative retry-after": (
+        SendResult.throttled(-5.0),
+        0,
+        5,
+        0.3,
+        Decision(QUEUED, delay_s=1.0, throttle_s=1.0),
+    ),
+    "throttled, NaN retry-after": (
+        SendResult.throttled(math.nan),
+        0,
+        5,
+        0.3,
+        Decision(QUEUED, delay_s=1.0, throttle_s=1.0),
+    ),
+    "throttled, huge retry-after is capped": (
+        SendResult.throttled(1e9),
+        0,
+        5,
+        0.3,
+        Decision(QUEUED, delay_s=3600.0, throttle_s=3600.0),
+    ),
+    "throttled, infinite retry-after is capped": (
+        SendResult.throttled(math.inf),
+        0,
+        5,
+        0.3,
+        Decision(QUEUED, delay_s=3600.0, throttle_s=3600.0),
+    ),
+    "throttled on the last attempt spends nothing": (
+        SendResult.throttled(3.0),
+        4,
+        5,
+        0.3,
+        Decision(QUEUED, delay_s=3.0, throttle_s=3.0),
+    ),
+    "transient, first failure": (
+        SendResult.transient("503"),
+        0,
+        5,
+        0.0,
+        Decision(QUEUED, delay_s=0.5, spend_attempt=True),
+    ),
+    "transient, below max_attempts": (
+        SendResult.transient("timeout"),
+        3,
+        5,
+        1.0,
+        Decision(QUEUED, delay_s=8.0, spend_attempt=True),
+    ),
+    "transient at max_attempts": (
+        SendResult.transient("timeout"),
+        4,
+        5,
+        0.3,
+        Decision(DEAD, spend_attempt=True),
+    ),
+    "transient beyond max_attempts": (
+        SendResult.transient("timeout"),
+        9,
+        5,
+        0.3,
+        Decision(DEAD, spend_attempt=True),
+    ),
+    "transient, a single attempt allowed": (
+        SendResult.transient("timeout"),
+        0,
+        1,
+        0.3,
+        Decision(DEAD, spend_attempt=True),
+    ),
+    "permanent": (SendResult.permanent("bad recipient"), 0, 5, 0.3, Decision(DEAD)),
+    "permanent after transient failures": (
+        SendResult.permanent("400"),
+        3,
+        5,
+        0.3,
+        Decision(DEAD),
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("result", "failures", "max_attempts", "rand", "expected"),
+    list(DECISIONS.values()),
+    ids=list(DECISIONS),
+)
+def test_decide(
+    result: SendResult, failures: int, max_attempts: int, rand: float, expected: Decision
+) -> None:
+    got = decide(result, failures=failures, max_attempts=max_attempts, policy=DEFAULT, rand=rand)
+    assert got == expected
+
+
+def test_decide_uses_the_policys_throttle_settings() -> None:
+    policy = RetryPolicy(default_retry_after_s=7.0, max_retry_after_s=60.0)
+    rows = [(None, 7.0), (-1.0, 7.0), (30.0, 30.0), (61.0, 60.0)]
+    for retry_after_s, wait_s in rows:
+        got = decide(
+            SendResult.throttled(retry_after_s), failures=0, max_attempts=5, policy=policy, rand=0.5
+        )
+        assert (got.delay_s, got.throttle_s) == (wait_s, wait_s), retry_after_s
+
+
+# (policy, failures, rand, delay)
+BACKOFF: list[tuple[RetryPolicy, int, float, float]] = [
+    (DEFAULT, 1, 0.0, 0.5),
+    (DEFAULT, 1, 1.0, 1.0),
+    (DEFAULT, 2, 0.0, 1.0),
+    (DEFAULT, 2, 1.0, 2.0),
+    (DEFAULT, 3, 0.5, 3.0),
+    (DEFAULT, 9, 1.0, 256.0),
+    (DEFAULT, 10, 0.0, 150.0),  # 512 capped at 300, then jittered
+    (DEFAULT, 10, 1.0, 300.0),
+    (DEFAULT, 60, 1.0, 300.0),
+    (DEFAULT, 5_000, 1.0, 300.0),  # far past any float power of two
+    (DEFAULT, 0, 1.0, 1.0),  # 0 is read as the first failure
+    (DEFAULT, -3, 1.0, 1.0),
+    (RetryPolicy(jitter=0.0), 3, 0.7, 4.0),
+    (RetryPolicy(jitter=1.0), 3, 0.0, 0.0),
+    (RetryPolicy(jitter=1.0), 3, 1.0, 4.0),
+    (RetryPolicy(base_s=0.1, cap_s=1.0), 4, 1.0, 0.8),
+    (RetryPolicy(base_s=0.1, cap_s=1.0), 5, 1.0, 1.0),
+    (RetryPolicy(base_s=0.1, cap_s=1.0), 5, 0.0, 0.5),
+]
+
+
+@pytest.mark.parametrize(("policy", "failures", "rand", "delay_s"), BACKOFF)
+def test_backoff_s(policy: RetryPolicy, failures: int, rand: float, delay_s: float) -> None:
+    assert policy.backoff_s(failures, rand) == pytest.approx(delay_s)
+
+
+def test_backoff_grows_until_the_cap() -> None:
+    delays = [DEFAULT.backoff_s(n, 1.0) for n in range(1, 40)]
+    assert delays == sorted(delays)
+    assert max(delays) == DEFAULT.cap_s
+
+
+# (keys in their stable order, key served last, visiting order)
+ROTATIONS: list[tuple[list[str], str | None, list[str]]] = [
+    (["a", "b", "c"], None, ["a", "b", "c"]),
+    (["a", "b", "c"], "a", ["b", "c", "a"]),
+    (["a", "b", "c"], "b", ["c", "a", "b"]),
+    (["a", "b", "c"], "c", ["a", "b", "c"]),
+    (["a", "b", "c"], "gone", ["a", "b", "c"]),
+    (["a"], "a", ["a"]),
+    ([], "a", []),
+    ([], None, []),
+]
+
+
+@pytest.mark.parametrize(("keys", "last", "order"), ROTATIONS)
+def test_round_robin(keys: list[str], last: str | None, order: list[str]) -> None:
+    before = list(keys)
+    assert round_robin(keys, last) == order
+    assert keys == before, "the keys given are not changed"
+
+
+def test_round_robin_serves_every_key_in_turn() -> None:
+    """Serving the first key of each rotation visits (tenant, provider) keys fairly."""
+    keys = [(1, 1), (1, 2), (2, 1)]
+    last: tuple[int, int] | None = None
+    served = []
+    for _ in range(7):
+        last = round_robin(keys, last)[0]
+        served.append(last)
+    assert served == [*keys, *keys, keys[0]]
