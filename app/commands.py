@@ -13,7 +13,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,10 +56,12 @@ class Context:
 
 @contextlib.asynccontextmanager
 async def open_engine(
-    ctx: Context, *, concurrency: int = 16, lease_s: float = 30.0
+    ctx: Context, *, concurrency: int = 16, lease_s: float = 30.0, redis_url: str | None = None
 ) -> AsyncIterator[Engine]:
     async with build_store(ctx.db_url, ctx.box) as store:
-        engine = build_engine(store, concurrency=concurrency, lease_s=lease_s, actor=ctx.actor)
+        engine = build_engine(
+            store, concurrency=concurrency, lease_s=lease_s, actor=ctx.actor, redis_url=redis_url
+        )
         async with engine:
             yield engine
 
@@ -106,8 +108,9 @@ async def tenant_set(args: argparse.Namespace, ctx: Context) -> int:
         raise ConfigError(
             "nothing to change; give --rate/--burst, --unlimited, --enable or --disable."
         )
+    changes: dict[str, Any] = {} if limit is _UNCHANGED else {"limit": limit}
     async with open_engine(ctx) as engine:
-        record = await engine.update_tenant(args.name, limit=limit, enabled=args.enabled)
+        record = await engine.update_tenant(args.name, enabled=args.enabled, **changes)
     state = "enabled" if record.enabled else "disabled"
     print(f"tenant {record.name}: {fmt_limit(record.limit)}, {state}")
     return 0
@@ -145,13 +148,14 @@ async def provider_set(args: argparse.Namespace, ctx: Context) -> int:
     limit = _limit(args, adding=False)
     if limit is _UNCHANGED and not (args.kind or args.option or args.secret):
         raise ConfigError("nothing to change; give --kind, --rate, --option or --secret.")
+    changes: dict[str, Any] = {} if limit is _UNCHANGED else {"limit": limit}
     async with open_engine(ctx) as engine:
         record = await engine.update_provider(
             args.name,
             kind=args.kind,
-            limit=limit,
             options=dict(args.option),
             secrets=dict(args.secret),
+            **changes,
         )
     print(f"provider {record.name} ({record.kind}): {fmt_limit(record.limit)}")
     return 0
@@ -234,12 +238,21 @@ async def limit_list(args: argparse.Namespace, ctx: Context) -> int:
 
 Item = tuple[str, str, dict[str, Any], str | None, int]
 
+# The store's priority column is a 32-bit integer on Postgres.
+_PRIORITY_MIN, _PRIORITY_MAX = -(2**31), 2**31 - 1
+_KEY_MAX = 200
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
 
 def _payload(text: str, where: str) -> dict[str, Any]:
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{where}the payload is not valid JSON ({exc.msg}).") from None
+        value = json.loads(text, parse_constant=_not_json)
+    except ValueError as exc:  # JSONDecodeError, or NaN/Infinity
+        msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+        raise ConfigError(f"{where}the payload is not valid JSON ({msg}).") from None
     if not isinstance(value, dict):
         raise ConfigError(f"{where}the payload must be a JSON object.")
     return value
@@ -254,12 +267,20 @@ def _read_lines(path: str) -> list[str]:
         raise ConfigError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}.") from None
 
 
+def _check_priority(priority: int, where: str) -> None:
+    if not _PRIORITY_MIN <= priority <= _PRIORITY_MAX:
+        raise ConfigError(f"{where}the priority must be from {_PRIORITY_MIN} to {_PRIORITY_MAX}.")
+
+
 def _parse_line(number: int, line: str) -> tuple[str, Item]:
+    """One line of ``enqueue --file``, checked fully: a file is queued only when every line
+    is good, and lines of different tenants are written in separate transactions."""
     where = f"line {number}: "
     try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{where}not valid JSON ({exc.msg}).") from None
+        obj = json.loads(line, parse_constant=_not_json)
+    except ValueError as exc:
+        msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+        raise ConfigError(f"{where}not valid JSON ({msg}).") from None
     if not isinstance(obj, dict):
         raise ConfigError(f"{where}expected a JSON object.")
     for field in ("tenant", "provider", "recipient"):
@@ -269,11 +290,12 @@ def _parse_line(number: int, line: str) -> tuple[str, Item]:
     if not isinstance(payload, dict):
         raise ConfigError(f"{where}'payload' must be a JSON object.")
     key = obj.get("key")
-    if key is not None and not isinstance(key, str):
-        raise ConfigError(f"{where}'key' must be a string.")
+    if key is not None and not (isinstance(key, str) and 0 < len(key) <= _KEY_MAX):
+        raise ConfigError(f"{where}'key' must be a string of 1 to {_KEY_MAX} characters.")
     priority = obj.get("priority", 0)
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise ConfigError(f"{where}'priority' must be a whole number.")
+    _check_priority(priority, where)
     # A line without a key gets one from its content, so running a file twice adds nothing.
     key = key or "file-" + hashlib.sha256(line.strip().encode()).hexdigest()[:32]
     return obj["tenant"], (obj["provider"], obj["recipient"], payload, key, priority)
@@ -296,6 +318,7 @@ async def enqueue(args: argparse.Namespace, ctx: Context) -> int:
     if not (args.tenant and args.provider and args.recipient):
         raise ConfigError("enqueue needs TENANT PROVIDER RECIPIENT, or --file PATH.")
     payload = _payload(args.payload, "")
+    _check_priority(args.priority, "")
     async with open_engine(ctx) as engine:
         result = await engine.enqueue(
             args.tenant,
@@ -365,7 +388,9 @@ async def _run_until(engine: Engine, waits: list[asyncio.Future[Any]], quiet: bo
 
 async def worker(args: argparse.Namespace, ctx: Context) -> int:
     start = time.monotonic()
-    async with open_engine(ctx, concurrency=args.concurrency, lease_s=args.lease_s) as engine:
+    async with open_engine(
+        ctx, concurrency=args.concurrency, lease_s=args.lease_s, redis_url=args.redis
+    ) as engine:
         await engine.start()
         if not args.quiet:
             print(
@@ -393,9 +418,12 @@ async def simulate(args: argparse.Namespace, ctx: Context) -> int:
     if not tenants:
         raise ConfigError("name at least one tenant.")
     start = time.monotonic()
-    async with open_engine(ctx, concurrency=args.concurrency) as engine:
+    async with open_engine(ctx, concurrency=args.concurrency, redis_url=args.redis) as engine:
+        # Every name is checked before the engine starts, so bad input dispatches nothing.
         for tenant in tenants:
-            await engine.notifications(tenant, limit=1)  # NotFound before anything is queued
+            await engine.notifications(tenant, limit=1)
+        if engine.directory.provider_id(args.provider) is None:
+            raise NotFound(f"no provider named {args.provider!r}.")
         if not args.no_dispatch:
             await engine.start()
         sim = asyncio.ensure_future(
@@ -409,7 +437,7 @@ async def simulate(args: argparse.Namespace, ctx: Context) -> int:
         )
         waits: list[asyncio.Future[Any]] = [sim]
         if not args.no_dispatch:
-            waits = [asyncio.ensure_future(_after(sim, engine.run_until_empty()))]
+            waits = [asyncio.ensure_future(_after(sim, engine.run_until_empty))]
         await _run_until(engine, waits, quiet=False)
         if sim.done() and not sim.cancelled() and sim.exception() is not None:
             raise sim.exception()  # type: ignore[misc]
@@ -419,9 +447,9 @@ async def simulate(args: argparse.Namespace, ctx: Context) -> int:
     return 1 if engine.failure else 0
 
 
-async def _after(first: asyncio.Future[Any], then: Any) -> Any:
+async def _after(first: asyncio.Future[Any], then: Callable[[], Awaitable[Any]]) -> Any:
     await first
-    return await then
+    return await then()
 
 
 async def demo(args: argparse.Namespace, ctx: Context) -> int:
@@ -467,7 +495,7 @@ async def demo(args: argparse.Namespace, ctx: Context) -> int:
 
 
 async def stats(args: argparse.Namespace, ctx: Context) -> int:
-    async with open_engine(ctx) as engine:
+    async with open_engine(ctx, redis_url=args.redis) as engine:
         snap = await engine.snapshot(with_workers=True)
         since = time.time() - 60
         recent = await engine.store.stats.outcomes_since(since)
@@ -590,7 +618,8 @@ async def _dead_action(args: argparse.Namespace, ctx: Context, retry: bool) -> i
     if ids is not None and count < len(set(ids)):
         print(
             f"omnipost: {len(set(ids)) - count} of the IDs are not dead notifications"
-            + (f" of {args.tenant}" if args.tenant else ""),
+            + (f" of {args.tenant}" if args.tenant else "")
+            + ".",
             file=sys.stderr,
         )
         return 2

@@ -11,6 +11,7 @@ from typing import Any
 from engine.errors import ConfigError
 
 __all__ = [
+    "UNSET",
     "BucketKey",
     "BucketLevel",
     "Limit",
@@ -21,6 +22,18 @@ __all__ = [
     "parse_rate",
     "validate_name",
 ]
+
+
+class _Unset(enum.Enum):
+    UNSET = "unset"
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+# "Leave this as it is" for optional arguments where None already means something ("remove the
+# limit"). One object shared by every layer, so it survives being passed along.
+UNSET: Any = _Unset.UNSET
 
 
 class NotificationState(enum.StrEnum):

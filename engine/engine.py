@@ -21,7 +21,15 @@ from typing import Any, Self
 from engine.clock import Clock, SystemClock
 from engine.directory import Directory
 from engine.dispatcher import Dispatcher, DispatcherSettings
-from engine.domain import Limit, Message, NotificationState, Outcome, SendResult, validate_name
+from engine.domain import (
+    UNSET,
+    Limit,
+    Message,
+    NotificationState,
+    Outcome,
+    SendResult,
+    validate_name,
+)
 from engine.errors import ConfigError, NotFound, OmniPostError
 from engine.limiter import Limiter
 from engine.providers.base import ProviderConfig, ProviderFactory
@@ -41,7 +49,6 @@ __all__ = ["Engine", "EngineSettings", "EngineState", "SimulationProgress"]
 
 log = logging.getLogger(__name__)
 
-_UNSET: Any = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,7 +301,7 @@ class Engine:
         return record
 
     async def update_tenant(
-        self, name: str, *, limit: Limit | None = _UNSET, enabled: bool | None = None
+        self, name: str, *, limit: Limit | None = UNSET, enabled: bool | None = None
     ) -> TenantRecord:
         """Change a tenant's limit (``None`` removes it) or enabled flag; applied live."""
         record = await self.store.config.update_tenant(
@@ -336,7 +343,7 @@ class Engine:
         name: str,
         *,
         kind: str | None = None,
-        limit: Limit | None = _UNSET,
+        limit: Limit | None = UNSET,
         options: Mapping[str, str] | None = None,
         secrets: Mapping[str, str] | None = None,
     ) -> ProviderRecord:

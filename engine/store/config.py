@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.crypto import SecretBox
-from engine.domain import Limit, validate_name
+from engine.domain import UNSET, Limit, validate_name
 from engine.errors import Conflict, NotFound
 from engine.store.database import Database
 from engine.store.records import AuditEntry, PairLimit, ProviderRecord, TenantRecord, WorkerRecord
@@ -18,7 +18,6 @@ from engine.store.schema import audit_log, providers, rate_limits, tenants, work
 
 __all__ = ["ConfigRepo"]
 
-_UNSET: Any = object()
 
 
 def _limit(rate: float | None, burst: float | None) -> Limit | None:
@@ -52,7 +51,7 @@ class ConfigRepo:
         self,
         name: str,
         *,
-        limit: Limit | None = _UNSET,
+        limit: Limit | None = UNSET,
         enabled: bool | None = None,
         now: float,
         actor: str,
@@ -64,7 +63,7 @@ class ConfigRepo:
             if row is None:
                 raise NotFound(f"no tenant named {name!r}.")
             values: dict[str, Any] = {}
-            if limit is not _UNSET:
+            if limit is not UNSET:
                 values.update(_limit_cols(limit))
             if enabled is not None:
                 values["enabled"] = enabled
@@ -137,7 +136,7 @@ class ConfigRepo:
         name: str,
         *,
         kind: str | None = None,
-        limit: Limit | None = _UNSET,
+        limit: Limit | None = UNSET,
         options: Mapping[str, str] | None = None,
         secrets: Mapping[str, str] | None = None,
         now: float,
@@ -153,7 +152,7 @@ class ConfigRepo:
             values: dict[str, Any] = {}
             if kind is not None:
                 values["kind"] = kind
-            if limit is not _UNSET:
+            if limit is not UNSET:
                 values.update(_limit_cols(limit))
             if options:
                 merged = _merge(json.loads(row.options), options)
