@@ -521,6 +521,10 @@ async def stats(args: argparse.Namespace, ctx: Context) -> int:
                     }
                     for w in workers
                 ],
+                "limiter": {
+                    "backend": snap.limiter_backend,
+                    "buckets": _bucket_levels(snap),
+                },
                 "limits": {
                     **{f"tenant:{t.name}": limit_json(t.limit) for t in tenants},
                     **{f"provider:{p.name}": limit_json(p.limit) for p in providers},
@@ -551,7 +555,31 @@ async def stats(args: argparse.Namespace, ctx: Context) -> int:
     print(f"live workers: {len(workers)}")
     for w in workers:
         print(f"  {w.id} state {w.state} concurrency {w.concurrency} delivered {w.delivered}")
+    levels = _bucket_levels(snap)
+    if levels is None:
+        print("limiter: local to each worker (pass --redis to read shared bucket levels)")
+        return 0
+    note = (
+        " - REDIS UNREACHABLE, each worker uses its share locally"
+        if snap.limiter_backend == "local-fallback"
+        else ""
+    )
+    print(f"limiter: {snap.limiter_backend}{note}")
+    print_table(
+        ["BUCKET", "TOKENS", "BURST", "RATE/S"],
+        [(b["bucket"], f"{b['tokens']:.1f}", b["burst"], b["rate_per_s"]) for b in levels],
+    )
     return 0
+
+
+def _bucket_levels(snap: Any) -> list[dict[str, Any]] | None:
+    """Shared bucket levels, or None when buckets live in each worker (nothing to read here)."""
+    if snap.limiter_backend == "local":
+        return None
+    return [
+        {"bucket": str(b.key), "tokens": b.tokens, "burst": b.burst, "rate_per_s": b.rate_per_s}
+        for b in snap.buckets
+    ]
 
 
 def _depth_json(d: Any) -> dict[str, Any]:

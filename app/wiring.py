@@ -42,8 +42,13 @@ def build_engine(
             raise ConfigError(
                 "--redis needs the redis package: pip install 'omnipost[redis]'."
             ) from exc
-        limiter = RedisLimiter(redis_url, clock=clock)
-    return Engine(
+        # When Redis is down each worker falls back to its share of every limit: the limit
+        # divided by the live workers the engine counts from heartbeats.
+        limiter = RedisLimiter(
+            redis_url, clock=clock, fallback_workers=lambda: built[0].live_workers if built else 1
+        )
+    built: list[Engine] = []
+    engine = Engine(
         store,
         limiter,
         BUILTIN_KINDS,
@@ -52,3 +57,5 @@ def build_engine(
         actor=actor,
         limiter_backend="redis" if redis_url else "local",
     )
+    built.append(engine)
+    return engine

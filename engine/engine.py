@@ -96,7 +96,8 @@ class Engine:
         self.clock = clock or SystemClock()
         self.settings = settings or EngineSettings()
         self.actor = actor
-        self.limiter_backend = limiter_backend
+        self._limiter_backend = limiter_backend
+        self.live_workers = 1  # from heartbeats; the Redis limiter's fallback shares by it
         self.worker_id = f"{socket.gethostname()[:40]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.telemetry = Telemetry(self.clock)
         self.directory = Directory(store, limiter, self.factories)
@@ -155,6 +156,7 @@ class Engine:
         self._spawn("reap", self._every(self.settings.reap_s, self._reap))
         self._spawn("config", self._every(self.settings.config_refresh_s, self._refresh))
         self._spawn("loop-lag", self._measure_lag())
+        self._spawn("listen", self.store.listen(self.dispatcher.wake))
 
     def pause(self) -> None:
         """Stop taking new work; sends under way finish."""
@@ -195,6 +197,11 @@ class Engine:
         self.state = EngineState.FAILED if failed else EngineState.STOPPED
         self._stopped.set()
 
+    @property
+    def limiter_backend(self) -> str:
+        """``local``, ``redis``, or ``local-fallback`` while Redis is unreachable."""
+        return str(getattr(self.limiter, "backend", self._limiter_backend))
+
     def set_concurrency(self, n: int) -> None:
         self.dispatcher.set_concurrency(n)
 
@@ -208,6 +215,8 @@ class Engine:
         if task.cancelled() or self.state in (EngineState.STOPPING, EngineState.STOPPED):
             return
         exc = task.exception()
+        if exc is None:  # a side task with nothing to do (LISTEN on SQLite) just ends
+            return
         reason = exc.message if isinstance(exc, OmniPostError) else repr(exc)
         self.failure = f"{task.get_name()} stopped: {reason}"
         log.error("engine failing: %s", self.failure, exc_info=exc)
@@ -247,6 +256,7 @@ class Engine:
                 delivered=self.dispatcher.delivered,
             )
         )
+        self.live_workers = max(1, len(await self.workers()))
 
     async def _reap(self) -> None:
         reaped = await self.store.queue.reap(self.clock.wall())

@@ -22,9 +22,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from importlib.resources import files
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote, unquote
 
 from redis.asyncio import Redis
@@ -263,7 +263,7 @@ class RedisLimiter:
             await self._client.set(self._marker_key, "1")
 
     async def _levels(self) -> list[BucketLevel]:
-        members = await self._client.smembers(self._set_key)
+        members: set[Any] = await cast(Awaitable[set[Any]], self._client.smembers(self._set_key))
         keys = sorted(self._key(_text(member)) for member in members)
         if not keys:
             return []
@@ -287,7 +287,7 @@ class RedisLimiter:
             return False
         self._next_probe = now + self._probe_s  # concurrent callers stay local meanwhile
         try:
-            await self._client.ping()
+            await cast(Awaitable[bool], self._client.ping())
             for key, limit in list(self._pending.items()):
                 await self._configure(key, limit, fill="full")
                 self._pending.pop(key, None)

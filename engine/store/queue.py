@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from engine.crypto import SecretBox, mask
 from engine.domain import NotificationState, Outcome
 from engine.store.database import Database
+from engine.store.notify import CHANNEL
 from engine.store.records import (
     Completion,
     DeliveryEntry,
@@ -68,6 +69,8 @@ class QueueRepo:
                 for row in await conn.execute(stmt, rows):
                     ids[row.idempotency_key] = row.id
                     fresh.add(row.idempotency_key)
+            if fresh and not self._db.is_sqlite:
+                await conn.execute(sa.select(sa.func.pg_notify(CHANNEL, "")))
             missing = [r["idempotency_key"] for r in rows if r["idempotency_key"] not in ids]
             for start in range(0, len(missing), _CHUNK):
                 query = sa.select(N.c.id, N.c.idempotency_key).where(
@@ -344,6 +347,8 @@ class QueueRepo:
                 .where(_dead(tenant_id, ids))
                 .values(state=_QUEUED, failures=0, available_at=now, finished_at=None)
             )
+            if result.rowcount and not self._db.is_sqlite:
+                await conn.execute(sa.select(sa.func.pg_notify(CHANNEL, "")))
             return int(result.rowcount)
 
         return await self._db.write(tx)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -17,6 +18,7 @@ from engine.crypto import SecretBox
 from engine.errors import StoreError
 from engine.store.config import ConfigRepo
 from engine.store.database import Database, masked_url, normalize_url
+from engine.store.notify import listen
 from engine.store.queue import QueueRepo
 from engine.store.stats import StatsRepo
 
@@ -47,6 +49,11 @@ class Store:
     @property
     def url_masked(self) -> str:
         return masked_url(self._db.url)
+
+    async def listen(self, on_notify: Callable[[], None]) -> None:
+        """Call ``on_notify`` whenever any process enqueues (Postgres); returns at once on
+        SQLite, where workers poll."""
+        await listen(self._db.url, on_notify)
 
     async def __aenter__(self) -> Self:
         return self

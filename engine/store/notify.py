@@ -1,0 +1,52 @@
+"""Wake-ups across processes: Postgres LISTEN/NOTIFY on enqueue. SQLite has none; workers poll.
+
+``QueueRepo.enqueue`` (and a dead-letter retry) NOTIFY the channel inside their transaction, so
+the signal goes out exactly when the rows become visible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from sqlalchemy.engine import URL
+
+__all__ = ["CHANNEL", "listen"]
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "omnipost_enqueue"
+
+
+async def listen(url: URL, on_notify: Callable[[], None], *, retry_s: float = 2.0) -> None:
+    """Call ``on_notify`` on every NOTIFY until cancelled, reconnecting when the connection is
+    lost. Returns at once for SQLite."""
+    if url.get_backend_name() != "postgresql":
+        return
+    import asyncpg  # the Postgres extra; only reached with a Postgres store
+
+    while True:
+        lost = asyncio.Event()
+        try:
+            conn = await asyncpg.connect(
+                host=url.host,
+                port=url.port or 5432,
+                user=url.username,
+                password=url.password,
+                database=url.database,
+                timeout=10,
+            )
+        except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+            log.info("cannot LISTEN for enqueues (polling meanwhile): %s", exc)
+            await asyncio.sleep(retry_s)
+            continue
+        try:
+            conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
+            await conn.add_listener(CHANNEL, lambda *_args: on_notify())
+            on_notify()  # anything enqueued while we were not listening
+            await lost.wait()
+            log.info("LISTEN connection lost; reconnecting")
+        finally:
+            if not conn.is_closed():
+                await conn.close(timeout=2)
