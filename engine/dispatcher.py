@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from engine.clock import Clock
@@ -77,9 +78,12 @@ class Dispatcher:
         self._due: dict[Key, DueKey] = {}
         self._due_stale = True
         self._refreshed_at = -1e9
+        self._next_due_at = math.inf  # wall time when delayed work (a retry) falls due
         self._last: Key | None = None
         self._workers: list[asyncio.Task[None]] = []
         self._stopping = False
+        self._started = False  # delivery tasks exist only once ``run`` has started
+        self._flushing = asyncio.Lock()  # the completer and ``drain`` both flush
         self.delivered = 0
         self.on_wait: Callable[[float], None] | None = None  # tests observe sleeps
 
@@ -98,7 +102,8 @@ class Dispatcher:
         if n < 1:
             raise OmniPostError("concurrency must be at least 1.")
         self.concurrency = n
-        self._resize()
+        if self._started:
+            self._resize()
         self._wake.set()
 
     def _resize(self) -> None:
@@ -112,6 +117,7 @@ class Dispatcher:
 
     async def run(self, paused: asyncio.Event) -> None:
         """Dispatch until ``stop_claiming``; waits while ``paused`` is clear."""
+        self._started = True
         self._resize()
         while not self._stopping:
             if not paused.is_set():
@@ -120,6 +126,7 @@ class Dispatcher:
             if (
                 self._due_stale
                 or self._clock.monotonic() - self._refreshed_at >= self.settings.poll_s
+                or self._clock.wall() >= self._next_due_at
             ):
                 await self._refresh_due()
             wait_s = await self._round()
@@ -136,6 +143,9 @@ class Dispatcher:
         enabled = [t.id for t in self._dir.tenants.values() if t.enabled]
         rows = await self._store.queue.due_keys(self._clock.wall(), enabled)
         self._due = {(r.tenant_id, r.provider_id): r for r in rows}
+        # _round sleeps until the first of these; the counts must be fresh when it wakes.
+        delayed = (r.next_available_at for r in rows if r.due == 0)
+        self._next_due_at = min(delayed, default=math.inf)
 
     async def _round(self) -> float:
         """One pass over the keys with due work; returns how long to sleep (0: go again)."""
@@ -166,7 +176,7 @@ class Dispatcher:
         reservation = await self._limiter.reserve(buckets, min(room, due.due))
         if reservation.granted == 0:
             return 0, reservation.wait_s
-        leased = await self._store.queue.claim(
+        claimed = await self._store.queue.claim(
             tenant_id,
             provider_id,
             reservation.granted,
@@ -174,7 +184,7 @@ class Dispatcher:
             lease_s=self.settings.lease_s,
             now=self._clock.wall(),
         )
-        await self._give_back(reservation, reservation.granted - len(leased))
+        leased = await self._retake(buckets, reservation, claimed)
         left = due.due - len(leased) if len(leased) == reservation.granted else 0
         self._due[key] = DueKey(tenant_id, provider_id, left, due.next_available_at)
         if left == 0:
@@ -184,9 +194,21 @@ class Dispatcher:
             self._work.put_nowait(item)
         return len(leased), 0.0 if left else self.settings.poll_s
 
-    async def _give_back(self, reservation: Reservation, n: int) -> None:
-        if n > 0:
-            await self._limiter.refund(reservation, n)
+    async def _retake(
+        self, buckets: Sequence[BucketKey], reservation: Reservation, claimed: list[Leased]
+    ) -> list[Leased]:
+        """Take the tokens again now that the leases are in hand, and return the leases that
+        got one (the others are released). The first reservation only says how many to lease;
+        the sends go out after the claim, and claims take a varying time, so tokens debited
+        before a slow claim would let its sends bunch up with the next quick claim's and
+        exceed the envelope. Debited here, the bucket paces the sends themselves."""
+        await self._limiter.refund(reservation, reservation.granted)
+        if not claimed:
+            return claimed
+        now = await self._limiter.reserve(buckets, len(claimed))
+        if now.granted < len(claimed):  # another worker or a block took them meanwhile
+            await self._store.queue.release(self.owner, claimed[now.granted :])
+        return claimed[: now.granted]
 
     async def _sleep(self, wait_s: float) -> None:
         if self.on_wait is not None:
@@ -293,12 +315,17 @@ class Dispatcher:
                 await asyncio.sleep(1.0)
 
     async def flush(self) -> None:
-        while self._done:
-            batch = sorted(self._done[: self.settings.completion_batch], key=lambda c: c.leased.id)
-            applied = await self._store.queue.complete(batch, worker=self.owner)
-            del self._done[: len(batch)]
-            self._account(batch, applied)
-        self._done_ready.clear()
+        # One flush at a time: two would write the same batch twice, the second refused
+        # row by row and counted as takeovers, and each would then drop a batch from _done.
+        async with self._flushing:
+            while self._done:
+                batch = sorted(
+                    self._done[: self.settings.completion_batch], key=lambda c: c.leased.id
+                )
+                applied = await self._store.queue.complete(batch, worker=self.owner)
+                del self._done[: len(batch)]
+                self._account(batch, applied)
+            self._done_ready.clear()
 
     def _account(self, batch: list[Completion], applied: list[bool]) -> None:
         requeued = False
