@@ -85,6 +85,7 @@ class Dispatcher:
         self._started = False  # delivery tasks exist only once ``run`` has started
         self._flushing = asyncio.Lock()  # the completer and ``drain`` both flush
         self.delivered = 0
+        self.store_error: str | None = None  # set while the store cannot be reached
         self.on_wait: Callable[[float], None] | None = None  # tests observe sleeps
 
     # -- control ----------------------------------------------------------------------------
@@ -119,19 +120,33 @@ class Dispatcher:
         """Dispatch until ``stop_claiming``; waits while ``paused`` is clear."""
         self._started = True
         self._resize()
+        outage_s = 0.0
         while not self._stopping:
             if not paused.is_set():
                 await paused.wait()
                 continue
-            if (
-                self._due_stale
-                or self._clock.monotonic() - self._refreshed_at >= self.settings.poll_s
-                or self._clock.wall() >= self._next_due_at
-            ):
-                await self._refresh_due()
-            wait_s = await self._round()
+            try:
+                wait_s = await self._step()
+            except OmniPostError as exc:
+                # The store already retried; it is down for longer. Keep trying, slower, and
+                # say so: sends under way finish, their outcomes wait in memory meanwhile.
+                outage_s = min(max(0.5, outage_s * 2), 10.0)
+                self.store_error = exc.message
+                log.warning("dispatch paused %.1fs: %s", outage_s, exc.message)
+                await self._sleep(outage_s)
+                continue
+            outage_s, self.store_error = 0.0, None
             if wait_s > 0:
                 await self._sleep(wait_s)
+
+    async def _step(self) -> float:
+        if (
+            self._due_stale
+            or self._clock.monotonic() - self._refreshed_at >= self.settings.poll_s
+            or self._clock.wall() >= self._next_due_at
+        ):
+            await self._refresh_due()
+        return await self._round()
 
     def stop_claiming(self) -> None:
         self._stopping = True

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+
+# Qt has no screen here and in CI; set before anything imports PySide6.
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path

@@ -86,8 +86,6 @@ notifications = sa.Table(
     sa.Column("finished_at", sa.Double, nullable=True),
     sa.Column("last_error", sa.Text, nullable=True),
     sa.UniqueConstraint("tenant_id", "idempotency_key"),
-    sa.Index(None, "state", "tenant_id", "provider_id", "priority", "id"),
-    sa.Index(None, "state", "available_at"),
     sa.Index(None, "lease_owner"),
     sa.Index(None, "state", "lease_expires_at"),
 )
@@ -132,4 +130,14 @@ audit_log = sa.Table(
     sa.Column("tenant_id", sa.Integer, nullable=True),
     sa.Column("detail", sa.Text, nullable=False, server_default="{}"),
     sa.Index(None, "ts"),
+)
+
+# The claim's index: one key's queued rows, highest priority first, then oldest (migration 0002).
+sa.Index(
+    "ix_notifications_claim",
+    notifications.c.state,
+    notifications.c.tenant_id,
+    notifications.c.provider_id,
+    notifications.c.priority.desc(),
+    notifications.c.id,
 )
