@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import logging
+import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, NoReturn
@@ -21,10 +23,30 @@ EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 Handler = Callable[[argparse.Namespace, commands.Context], Coroutine[Any, Any, int]]
 
 
+_MESSAGE_MAX = 300
+
+
+def _one_line(message: str) -> str:
+    """``message`` as one printable line of at most about 300 characters: messages echo what
+    was typed, which may hold newlines, control characters or 100 KB."""
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
+    if len(text) > _MESSAGE_MAX:
+        half = _MESSAGE_MAX // 2
+        text = f"{text[:half]}...{text[-half:]}"
+    return text
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"{self.prog}: {message} (see `{self.prog} --help`).\n")
+        sys.stderr.write(f"{self.prog}: {_one_line(message)} (see `{self.prog} --help`).\n")
         raise SystemExit(EXIT_USAGE)
+
+    def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> Any:
+        # Python 3.11 reads "--rate=--" as the end of the options and hands the handler an
+        # empty list instead of a string; refuse it as a missing value.
+        if arg_strings == ["--"] and action.option_strings and action.nargs is None:
+            self.error(f"argument {'/'.join(action.option_strings)}: expected one argument")
+        return super()._get_values(action, arg_strings)
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -51,14 +73,29 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text[:40]!r}") from None
 
 
-def _seconds(text: str) -> float:
+def _seconds(text: str, *, zero_ok: bool = False) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected seconds, got {text[:40]!r}") from None
-    if not 0 < value < 1e7:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, got {text[:40]!r}")
+    if not (0 <= value < 1e7 if zero_ok else 0 < value < 1e7):
+        least = "0 or more" if zero_ok else "above 0"
+        raise argparse.ArgumentTypeError(f"must be a number of seconds {least}, got {text[:40]!r}")
     return value
+
+
+def _seconds_or_zero(text: str) -> float:
+    return _seconds(text, zero_ok=True)
+
+
+def _redis_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--redis",
+        metavar="URL",
+        default=os.environ.get("OMNIPOST_REDIS") or None,
+        help="redis://... to share rate limits with other workers (default: $OMNIPOST_REDIS,"
+        " else limits are kept in this process)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,8 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="omnipost", description="Rate-limited multi-tenant notification dispatch."
     )
     parser.add_argument("--db", dest="db_top", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--demo", action="store_true", help=argparse.SUPPRESS)  # for the console
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    sub.required = True
+    sub.required = False  # no command: open the console
+    parser.set_defaults(verbose=False, db=None, demo=False, redis=None, gui="console")
 
     p = sub.add_parser("migrate", parents=[common], help="create or upgrade the store's schema")
     p.set_defaults(handler=commands.migrate)
@@ -102,7 +141,33 @@ def build_parser() -> argparse.ArgumentParser:
 
     _run_parsers(sub, common)
     _dead_parsers(sub, common)
+    _console_parsers(sub, common)
     return parser
+
+
+def _console_parsers(sub: Any, common: _Parser) -> None:
+    p = sub.add_parser("console", parents=[common], help="open the operator's console (default)")
+    p.add_argument("--demo", action="store_true", help="set up demo data and start a burst")
+    _redis_arg(p)
+    p.set_defaults(gui="console")
+    p = sub.add_parser(
+        "self-test", parents=[common], help="run a short burst through the console, offscreen"
+    )
+    p.add_argument("--screenshot", metavar="PATH", help="save the main window as a PNG here")
+    p.set_defaults(gui="selftest")
+
+
+def _run_gui(module: str, args: argparse.Namespace, ctx: commands.Context) -> int:
+    """Run ``app.<module>.main``; Qt is imported only here, so the CLI works without it."""
+    try:
+        gui = importlib.import_module(f"app.{module}")
+    except ImportError as exc:
+        raise OmniPostError(
+            f"the console needs PySide6, qasync, pyqtgraph and numpy ({exc.name} is missing): "
+            "pip install 'omnipost[console]'."
+        ) from None
+    result: int = gui.main(args, ctx)
+    return result
 
 
 def _run_parsers(sub: Any, common: _Parser) -> None:
@@ -124,6 +189,7 @@ def _run_parsers(sub: Any, common: _Parser) -> None:
     p.add_argument("--duration", type=_seconds, help="exit after this many seconds")
     p.add_argument("--lease-s", type=_seconds, default=30.0, help="lease length in seconds")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    _redis_arg(p)
     p.set_defaults(handler=commands.worker)
 
     p = sub.add_parser("simulate", parents=[common], help="enqueue a burst and dispatch it live")
@@ -131,9 +197,12 @@ def _run_parsers(sub: Any, common: _Parser) -> None:
     p.add_argument("provider")
     p.add_argument("--count", type=_positive_int, required=True, help="notifications per tenant")
     p.add_argument("--pattern", choices=[x.value for x in Pattern], default="spike")
-    p.add_argument("--duration", type=float, default=0.0, help="seconds over which to enqueue")
+    p.add_argument(
+        "--duration", type=_seconds_or_zero, default=0.0, help="seconds over which to enqueue"
+    )
     p.add_argument("--concurrency", type=_positive_int, default=16)
     p.add_argument("--no-dispatch", action="store_true", help="only enqueue")
+    _redis_arg(p)
     p.set_defaults(handler=commands.simulate)
 
     p = sub.add_parser("demo", parents=[common], help="set up demo tenants and run a live burst")
@@ -142,6 +211,7 @@ def _run_parsers(sub: Any, common: _Parser) -> None:
 
     p = sub.add_parser("stats", parents=[common], help="queue depth, throughput, workers, limits")
     p.add_argument("--json", action="store_true")
+    _redis_arg(p)
     p.set_defaults(handler=commands.stats)
 
 
@@ -225,13 +295,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             db_url=resolve_db_url(args.db or args.db_top, paths),
             box=load_box(paths),
         )
+        if args.command is None or args.command in ("console", "self-test"):
+            return _run_gui(args.gui, args, ctx)
         handler: Handler = args.handler
         return asyncio.run(handler(args, ctx))
     except (ConfigError, NotFound, Conflict) as exc:
-        print(f"omnipost: {exc.message}", file=sys.stderr)
+        print(f"omnipost: {_one_line(exc.message)}", file=sys.stderr)
         return EXIT_USAGE
     except OmniPostError as exc:
-        print(f"omnipost: {exc.message}", file=sys.stderr)
+        print(f"omnipost: {_one_line(exc.message)}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
         print("omnipost: interrupted.", file=sys.stderr)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from app.config import Paths
+from app.demo import seed_demo
 from app.output import fmt_limit, limit_json, print_json, print_table
 from app.progress import report_progress, summary_line
 from app.wiring import build_engine, build_store
@@ -267,6 +268,14 @@ def _read_lines(path: str) -> list[str]:
         raise ConfigError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}.") from None
 
 
+def _is_text(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_priority(priority: int, where: str) -> None:
     if not _PRIORITY_MIN <= priority <= _PRIORITY_MAX:
         raise ConfigError(f"{where}the priority must be from {_PRIORITY_MIN} to {_PRIORITY_MAX}.")
@@ -292,6 +301,10 @@ def _parse_line(number: int, line: str) -> tuple[str, Item]:
     key = obj.get("key")
     if key is not None and not (isinstance(key, str) and 0 < len(key) <= _KEY_MAX):
         raise ConfigError(f"{where}'key' must be a string of 1 to {_KEY_MAX} characters.")
+    # A JSON escape such as "\udcff" has no UTF-8 form; found here, not after other lines
+    # of the file were written.
+    if not _is_text(obj["recipient"]) or not _is_text(key or ""):
+        raise ConfigError(f"{where}'recipient' and 'key' must be valid Unicode text.")
     priority = obj.get("priority", 0)
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise ConfigError(f"{where}'priority' must be a whole number.")
@@ -457,24 +470,7 @@ async def demo(args: argparse.Namespace, ctx: Context) -> int:
     async with build_store(ctx.db_url, ctx.box) as store:
         await store.migrate()
     async with open_engine(ctx, concurrency=32) as engine:
-        existing = {t.name for t in await engine.tenants()}
-        for name, limit in (("acme", Limit(50, 20)), ("globex", Limit(20, 10)), ("initech", None)):
-            if name not in existing:
-                await engine.add_tenant(name, limit)
-        providers = {p.name for p in await engine.providers()}
-        if "sms-sim" not in providers:
-            await engine.add_provider(
-                "sms-sim",
-                "simulated",
-                Limit(60, 30),
-                {
-                    "latency_ms": "20",
-                    "latency_jitter_ms": "10",
-                    "error_rate": "0.02",
-                    "throttle_rate": "0.01",
-                    "retry_after_s": "0.5",
-                },
-            )
+        await seed_demo(engine)
     print(
         "demo: tenants acme (50/s), globex (20/s), initech (unlimited); provider sms-sim (60/s)",
         file=sys.stderr,
@@ -487,6 +483,7 @@ async def demo(args: argparse.Namespace, ctx: Context) -> int:
         duration=0.0,
         concurrency=32,
         no_dispatch=False,
+        redis=None,
     )
     return await simulate(sim_args, ctx)
 

@@ -8,7 +8,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from redis.asyncio import Redis
@@ -101,7 +101,9 @@ async def test_fractions_of_a_token_survive_the_round_trip(
     await asyncio.sleep(0.35)
     reservation = await limiter.reserve([TENANT], 5)  # about 1.4 there: 1 granted, 0.4 kept
     assert reservation.granted == 1
-    stored = await client.hget(f"{prefix}:{{t:acme}}:tenant:state", "tokens")
+    stored = await cast(
+        Awaitable[str | None], client.hget(f"{prefix}:{{t:acme}}:tenant:state", "tokens")
+    )
     assert stored is not None
     kept = float(stored)
     assert 0.3 < kept < 1  # the fraction was written, not truncated to 0
@@ -142,7 +144,7 @@ async def test_a_limit_set_by_one_process_is_seen_by_another(
         assert (level.burst, level.rate_per_s) == (4.0, 0.5)
         assert level.tokens == pytest.approx(2.0, abs=0.05)  # kept, not reset to the burst
         await second.aclose()  # the caller owns a client it passed in
-        assert await other_client.ping()
+        assert await cast(Awaitable[bool], other_client.ping())
     finally:
         await other_client.aclose()
 

@@ -1,0 +1,160 @@
+"""``omnipost console``: the composition root of the operator's window.
+
+One thread, one loop: the engine's coroutines and Qt share qasync's event loop. The window's
+close (or the application quitting, qasync's README pattern) sets an ``asyncio.Event`` that
+``run_console`` awaits; then the engine stops cleanly, returning unsent leases, before the
+loop ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import getpass
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import QApplication
+
+from app.commands import Context
+from app.demo import DEMO_TENANTS, seed_demo
+from app.wiring import build_engine, build_store
+from engine import Engine, Pattern
+from ui import Bridge, ConsoleSettings, MainWindow, load_settings, new_event_loop
+
+__all__ = ["actor", "application", "main", "run_console", "run_on_qt_loop"]
+
+log = logging.getLogger(__name__)
+
+
+def actor() -> str:
+    """Who the audit log names for changes made here: ``console:user@host``."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"console:{user}@{socket.gethostname()}"[:100]
+
+
+def application(argv: Sequence[str] = ()) -> QApplication:
+    """The process's ``QApplication`` (made once). Closing the last window does not quit it:
+    the console quits after its engine stopped."""
+    existing = QApplication.instance()
+    app = existing if isinstance(existing, QApplication) else QApplication([*argv] or ["omnipost"])
+    app.setOrganizationName("OmniPost")
+    app.setApplicationName("OmniPost console")
+    app.setQuitOnLastWindowClosed(False)
+    return app
+
+
+def run_on_qt_loop(app: QApplication, main_coro: Coroutine[Any, Any, int]) -> int:
+    """Run ``main_coro`` on a qasync loop over ``app`` and return its result. When the
+    application quit before the coroutine finished (the session ended), the loop runs on
+    until it has: the engine still stops cleanly."""
+    loop = new_event_loop(app)
+    asyncio.set_event_loop(loop)
+    task = loop.create_task(main_coro)
+    try:
+        try:
+            return int(loop.run_until_complete(task))
+        except RuntimeError:
+            if task.done():
+                raise
+            return int(loop.run_until_complete(task))
+    finally:
+        loop.close()
+        asyncio.set_event_loop(None)
+
+
+async def run_console(
+    app: QApplication,
+    ctx: Context,
+    settings_store: QSettings,
+    settings: ConsoleSettings,
+    *,
+    demo: bool = False,
+    redis_url: str | None = None,
+) -> int:
+    """Open the store and the engine (its limiter in Redis at ``redis_url`` when given), show
+    the window, and run until it is closed. Returns 0, or 1 when the engine failed."""
+    who = actor()
+    async with build_store(ctx.db_url, ctx.box) as store:
+        await store.migrate()
+
+        async def open_engine() -> Engine:
+            engine = build_engine(store, actor=who, redis_url=redis_url)
+            await engine.open()
+            return engine
+
+        engine = await open_engine()
+        if demo:
+            await seed_demo(engine)
+        bridge = Bridge(
+            engine,
+            reopen=open_engine,
+            seed_demo=seed_demo,
+            interval_ms=settings.refresh_ms,
+            history_s=settings.history_s,
+        )
+        window = MainWindow(bridge, settings_store, settings)
+        closed = asyncio.Event()
+        window.closing.connect(closed.set)
+        app.aboutToQuit.connect(closed.set)
+        stop_signals = _on_signals(closed.set)  # Ctrl+C in the terminal closes cleanly too
+        window.show()
+        bridge.start_sampling()
+        if settings.dispatch_on_open or demo:
+            await bridge.start()
+        if demo:
+            tenants = [name for name, _ in DEMO_TENANTS]
+            bridge.simulate(tenants, "sms-sim", 400, Pattern.RAMP, 20.0)
+        await closed.wait()
+        window.hide()
+        stop_signals()
+        await bridge.aclose()
+        failure = bridge.engine.failure
+    if failure:
+        print(f"omnipost: the engine stopped: {failure}", file=sys.stderr)
+    return 1 if failure else 0
+
+
+def _on_signals(callback: Callable[[], None]) -> Callable[[], None]:
+    """Call ``callback`` on SIGINT and SIGTERM (where the loop supports it); returns the undo."""
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, callback)
+            installed.append(sig)
+
+    def undo() -> None:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+    return undo
+
+
+def main(args: argparse.Namespace, ctx: Context) -> int:
+    """``omnipost [console] [--demo] [--db URL]``."""
+    app = application(sys.argv[:1])
+    settings_store = QSettings("OmniPost", "Console")
+    settings = load_settings(settings_store)
+    explicit = getattr(args, "db", None) or getattr(args, "db_top", None)
+    if settings.store_url and not (explicit or os.environ.get("OMNIPOST_DB")):
+        ctx = Context(paths=ctx.paths, db_url=settings.store_url, box=ctx.box)
+    coro = run_console(
+        app,
+        ctx,
+        settings_store,
+        settings,
+        demo=bool(getattr(args, "demo", False)),
+        redis_url=getattr(args, "redis", None) or settings.redis_url or None,
+    )
+    return run_on_qt_loop(app, coro)

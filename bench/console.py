@@ -1,0 +1,176 @@
+"""Is the console smooth while its own engine works hard? Prints JSON.
+
+    QT_QPA_PLATFORM=offscreen .venv/bin/python bench/console.py [--per-tenant 1000] [--idle-s 5]
+
+On a temporary SQLite store: 16 tenants (100/s, burst 100 each), two providers (1000/s each)
+and two pair limits: 20 buckets. The console's window is open on the dashboard with the
+default refresh (500 ms). Measured:
+
+- idle: CPU used by the process while the window is open and the engine runs with no work;
+- load: while the engine drains ``16 * per_tenant`` notifications (>= 1,000/s): the event
+  loop's lag (how late a 10 ms sleep wakes, p50/p99/max), the time of one dashboard refresh
+  (the synchronous redraw from a snapshot, p50/p99/max), and the delivery rate reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from PySide6 import __version__ as pyside_version
+from PySide6.QtCore import QSettings
+
+from app.console import application, run_on_qt_loop
+from app.wiring import build_engine, build_store
+from engine import Engine, Limit, SecretBox
+from ui import Bridge, MainWindow, hush_offscreen_noise
+
+TENANTS = [f"t{i:02d}" for i in range(16)]
+PROVIDERS = ("fast-a", "fast-b")
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
+
+
+def _summary_ms(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    return {
+        "p50_ms": round(_pct(values, 50) * 1000, 2),
+        "p99_ms": round(_pct(values, 99) * 1000, 2),
+        "max_ms": round(max(values) * 1000, 2),
+        "samples": len(values),
+    }
+
+
+async def _lag_probe(lags: list[float], period_s: float = 0.01) -> None:
+    loop = asyncio.get_running_loop()
+    while True:
+        before = loop.time()
+        await asyncio.sleep(period_s)
+        lags.append(max(0.0, loop.time() - before - period_s))
+
+
+async def _setup(engine: Engine) -> None:
+    for name in TENANTS:
+        await engine.add_tenant(name, Limit(100, 100))
+    for name in PROVIDERS:
+        await engine.add_provider(name, "simulated", Limit(1000, 500), {"latency_ms": "1"})
+    await engine.set_pair_limit(TENANTS[0], PROVIDERS[0], Limit(200, 100))
+    await engine.set_pair_limit(TENANTS[1], PROVIDERS[1], Limit(200, 100))
+
+
+async def bench(
+    per_tenant: int, idle_s: float, concurrency: int, ui: str = "window"
+) -> dict[str, object]:
+    with tempfile.TemporaryDirectory(prefix="omnipost-bench-") as tmp:
+        folder = Path(tmp)
+        box = SecretBox([SecretBox.generate_key()])
+        async with build_store(f"sqlite:///{folder / 'bench.db'}", box) as store:
+            await store.migrate()
+            engine = build_engine(store, concurrency=concurrency, actor="console:bench")
+            await engine.open()
+            await _setup(engine)
+            bridge = Bridge(engine)  # the default refresh: 500 ms, 5 min of history
+            window = MainWindow(
+                bridge, QSettings(str(folder / "c.ini"), QSettings.Format.IniFormat)
+            )
+            window.resize(1440, 900)
+            if ui == "window":
+                window.show()
+            if ui != "none":
+                bridge.start_sampling()
+            await bridge.start()
+            await asyncio.sleep(1.0)  # settle: first samples, config read
+
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            await asyncio.sleep(idle_s)
+            idle_cpu = (time.process_time() - cpu0) / (time.perf_counter() - wall0)
+
+            for i, name in enumerate(TENANTS):
+                provider = PROVIDERS[i % 2]
+                for start in range(0, per_tenant, 500):
+                    items = [
+                        (provider, f"u{n}@{name}.example", {"n": n}, f"b-{n}", 0)
+                        for n in range(start, min(per_tenant, start + 500))
+                    ]
+                    await engine.enqueue_many(name, items)
+            lags: list[float] = []
+            refreshes: list[float] = []
+            bridge.sampled.connect(lambda _snap: refreshes.append(window.dashboard.last_refresh_s))
+            probe = asyncio.ensure_future(_lag_probe(lags))
+            delivered0 = engine.telemetry.totals().delivered
+            t0 = time.perf_counter()
+            cpu0 = time.process_time()
+            drained = await engine.run_until_empty(timeout_s=120, poll_s=0.25)
+            elapsed = time.perf_counter() - t0
+            load_cpu = (time.process_time() - cpu0) / elapsed
+            delivered = engine.telemetry.totals().delivered - delivered0
+            probe.cancel()
+            await asyncio.gather(probe, return_exceptions=True)
+            buckets = len((await engine.snapshot()).buckets)
+            await bridge.aclose()
+            window.close()
+    return {
+        "benchmark": "console",
+        "python": platform.python_version(),
+        "pyside6": pyside_version,
+        "cpus": os.cpu_count(),
+        "load_average_1min": round(os.getloadavg()[0], 2),  # other work on the machine
+        "buckets": buckets,
+        "ui": ui,
+        "refresh_ms": 500,
+        "idle": {"seconds": idle_s, "cpu_percent": round(idle_cpu * 100, 1)},
+        "load": {
+            "notifications": per_tenant * len(TENANTS),
+            "drained": drained,
+            "seconds": round(elapsed, 2),
+            "delivered_per_s": round(delivered / elapsed, 1),
+            "cpu_percent": round(load_cpu * 100, 1),
+            "loop_lag": _summary_ms(lags),
+            "dashboard_refresh": _summary_ms(refreshes),
+            "mean_refresh_ms": round(statistics.fmean(refreshes) * 1000, 2) if refreshes else None,
+        },
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--per-tenant", type=int, default=1000)
+    parser.add_argument("--idle-s", type=float, default=5.0)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument(
+        "--ui",
+        choices=("window", "bridge", "none"),
+        default="window",
+        help="window: the console as used; bridge: sampling without a window; none: engine only",
+    )
+    args = parser.parse_args()
+    hush_offscreen_noise()
+    app = application(sys.argv[:1])
+    result: list[dict[str, object]] = []
+
+    async def run() -> int:
+        result.append(await bench(args.per_tenant, args.idle_s, args.concurrency, args.ui))
+        return 0
+
+    run_on_qt_loop(app, run())
+    print(json.dumps(result[0], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

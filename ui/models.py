@@ -1,0 +1,461 @@
+"""Qt table models over the engine's read models. Display formatting lives here, not in views.
+
+``RecordModel`` shows a list of frozen records, one per row, through a list of ``Column``\\ s.
+``set_rows`` keeps the view's selection and scroll position when the same records come back
+with new values (it emits ``dataChanged``, not a reset). ``SORT_ROLE`` gives raw values for a
+``QSortFilterProxyModel``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    Qt,
+    Signal,
+)
+from PySide6.QtGui import QFont
+
+from engine import (
+    BucketKey,
+    BucketLevel,
+    ConfigError,
+    Limit,
+    ProviderRecord,
+    TenantDepth,
+    TenantRecord,
+    WorkerRecord,
+    parse_rate,
+)
+from ui.fmt import fmt_age, fmt_count, fmt_duration, fmt_limit, fmt_rate
+from ui.state import QueueRow
+
+__all__ = [
+    "SORT_ROLE",
+    "Column",
+    "DepthModel",
+    "NotificationsModel",
+    "ProvidersModel",
+    "RecordModel",
+    "TenantsModel",
+    "WorkersModel",
+    "parse_burst",
+    "parse_rate_text",
+]
+
+SORT_ROLE = Qt.ItemDataRole.UserRole + 1
+R = TypeVar("R")
+Index = QModelIndex | QPersistentModelIndex
+_RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+_LEFT = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
+MASKED = "••••••••"
+
+
+@dataclass(frozen=True)  # no slots: ``Column[T](...)`` sets ``__orig_class__``
+class Column(Generic[R]):
+    title: str
+    text: Callable[[R], str]
+    sort: Callable[[R], Any] | None = None
+    right: bool = False
+    tip: str = ""
+
+
+class RecordModel(QAbstractTableModel, Generic[R]):
+    columns: Sequence[Column[R]] = ()
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._rows: list[R] = []
+
+    def key(self, row: R) -> Hashable:
+        """What makes a record the same one across updates."""
+        return id(row)
+
+    @property
+    def rows(self) -> list[R]:
+        return list(self._rows)
+
+    def record(self, row: int) -> R:
+        return self._rows[row]
+
+    def set_rows(self, rows: Sequence[R]) -> None:
+        rows = list(rows)
+        if [self.key(r) for r in rows] == [self.key(r) for r in self._rows]:
+            if rows != self._rows:
+                self._rows = rows
+                self.dataChanged.emit(
+                    self.index(0, 0), self.index(len(rows) - 1, len(self.columns) - 1)
+                )
+            return
+        self.beginResetModel()
+        self._rows = rows
+        self.endResetModel()
+
+    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008 - Qt's API
+        return 0 if parent.isValid() else len(self._rows)
+
+    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008 - Qt's API
+        return 0 if parent.isValid() else len(self.columns)
+
+    def headerData(
+        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
+    ) -> Any:
+        if orientation != Qt.Orientation.Horizontal or not 0 <= section < len(self.columns):
+            return None
+        column = self.columns[section]
+        if role == Qt.ItemDataRole.DisplayRole:
+            return column.title
+        if role == Qt.ItemDataRole.ToolTipRole and column.tip:
+            return column.tip
+        if role == Qt.ItemDataRole.TextAlignmentRole:
+            return _RIGHT if column.right else _LEFT
+        return None
+
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid() or index.row() >= len(self._rows):
+            return None
+        record = self._rows[index.row()]
+        column = self.columns[index.column()]
+        if role == Qt.ItemDataRole.DisplayRole:
+            return column.text(record)
+        if role == SORT_ROLE:
+            return column.sort(record) if column.sort else column.text(record)
+        if role == Qt.ItemDataRole.TextAlignmentRole:
+            return _RIGHT if column.right else _LEFT
+        return self.role_data(record, index.column(), role)
+
+    def role_data(self, record: R, column: int, role: int) -> Any:
+        """Other roles (tooltips, fonts, check states) for subclasses."""
+        return None
+
+
+# -- tenants ---------------------------------------------------------------------------------
+
+
+def parse_rate_text(text: str) -> float | None:
+    """A rate as typed: empty or ``unlimited`` means no limit (None); else ``parse_rate``.
+    Raises ``ConfigError`` with one sentence."""
+    text = text.strip()
+    if text == "" or text.lower() in ("unlimited", "none", "-"):
+        return None
+    return parse_rate(text)
+
+
+def parse_burst(text: str) -> float:
+    """A burst as typed: a number of at least 1. Raises ``ConfigError`` with one sentence."""
+    try:
+        burst = float(text.strip())
+    except ValueError:
+        raise ConfigError(f"cannot read {text[:40]!r} as a burst; write a number.") from None
+    if not burst >= 1 or burst == float("inf"):
+        raise ConfigError("the burst must be a number of at least 1.")
+    return burst
+
+
+@dataclass(frozen=True, slots=True)
+class TenantRow:
+    record: TenantRecord
+    tokens: float | None = None
+    queued: int = 0
+    leased: int = 0
+    oldest_s: float | None = None
+    pending: Limit | bool | None = False  # False: no edit waiting; else the limit asked for
+
+
+class TenantsModel(RecordModel[TenantRow]):
+    """Tenants with live tokens and depth. Rate, burst and enabled are editable: an edit is
+    shown in italics and sent through ``limit_edited`` / ``enabled_edited``; the next
+    ``set_tenants`` shows what the store holds."""
+
+    limit_edited = Signal(str, object)  # tenant, Limit | None
+    enabled_edited = Signal(str, bool)
+
+    RATE, BURST, ENABLED = 1, 2, 3
+    columns = (
+        Column[TenantRow]("Tenant", lambda r: r.record.name, lambda r: r.record.name),
+        Column[TenantRow](
+            "Rate",
+            lambda r: _rate_text(_limit(r)),
+            lambda r: _sort_limit(_limit(r))[0],
+            right=True,
+            tip="Sends per second: 5, 5/s, 300/min or 1000/h. Empty means unlimited.",
+        ),
+        Column[TenantRow](
+            "Burst",
+            lambda r: _burst_text(_limit(r)),
+            lambda r: _sort_limit(_limit(r))[1],
+            right=True,
+            tip="Tokens that may be saved up and spent at once (at least 1).",
+        ),
+        Column[TenantRow]("Enabled", lambda r: "", lambda r: r.record.enabled),
+        Column[TenantRow](
+            "Tokens",
+            lambda r: "—" if r.tokens is None else f"{r.tokens:.1f}",
+            lambda r: -1 if r.tokens is None else r.tokens,
+            right=True,
+            tip="Tokens in the tenant's bucket now.",
+        ),
+        Column[TenantRow]("Queued", lambda r: fmt_count(r.queued), lambda r: r.queued, right=True),
+        Column[TenantRow](
+            "In flight", lambda r: fmt_count(r.leased), lambda r: r.leased, right=True
+        ),
+        Column[TenantRow](
+            "Oldest queued",
+            lambda r: fmt_duration(r.oldest_s),
+            lambda r: r.oldest_s or 0.0,
+            right=True,
+        ),
+    )
+
+    def key(self, row: TenantRow) -> Hashable:
+        return row.record.name
+
+    def set_tenants(self, tenants: Sequence[TenantRecord]) -> None:
+        live = {r.record.name: r for r in self._rows}
+        self.set_rows(
+            [
+                TenantRow(t, *(_live(live[t.name]) if t.name in live else ()))
+                for t in sorted(tenants, key=lambda t: t.name)
+            ]
+        )
+
+    def set_live(self, levels: Sequence[BucketLevel], depth: Sequence[TenantDepth]) -> None:
+        tokens = {lv.key.tenant: lv.tokens for lv in levels if lv.key == _tenant_key(lv)}
+        depths = {d.tenant: d for d in depth}
+        rows = []
+        for row in self._rows:
+            d = depths.get(row.record.name)
+            rows.append(
+                TenantRow(
+                    row.record,
+                    tokens.get(row.record.name),
+                    d.queued if d else 0,
+                    d.leased if d else 0,
+                    d.oldest_queued_age_s if d else None,
+                    row.pending,
+                )
+            )
+        self.set_rows(rows)
+
+    def flags(self, index: Index) -> Qt.ItemFlag:
+        flags = super().flags(index)
+        if index.column() in (self.RATE, self.BURST):
+            flags |= Qt.ItemFlag.ItemIsEditable
+        elif index.column() == self.ENABLED:
+            flags |= Qt.ItemFlag.ItemIsUserCheckable
+        return flags
+
+    def role_data(self, record: TenantRow, column: int, role: int) -> Any:
+        if role == Qt.ItemDataRole.CheckStateRole and column == self.ENABLED:
+            return Qt.CheckState.Checked if record.record.enabled else Qt.CheckState.Unchecked
+        if role == Qt.ItemDataRole.EditRole and column == self.RATE:
+            limit = _limit(record)
+            return "" if limit is None else f"{limit.rate_per_s:g}"
+        if role == Qt.ItemDataRole.EditRole and column == self.BURST:
+            limit = _limit(record)
+            return "" if limit is None else f"{limit.burst:g}"
+        if role == Qt.ItemDataRole.FontRole and record.pending is not False:
+            font = QFont()
+            font.setItalic(True)
+            return font
+        if role == Qt.ItemDataRole.ToolTipRole and record.pending is not False:
+            return "Saving…"
+        return None
+
+    def setData(self, index: Index, value: Any, role: int = Qt.ItemDataRole.EditRole) -> bool:
+        if not index.isValid():
+            return False
+        row = self._rows[index.row()]
+        name = row.record.name
+        if index.column() == self.ENABLED and role == Qt.ItemDataRole.CheckStateRole:
+            enabled = Qt.CheckState(value) == Qt.CheckState.Checked
+            self.enabled_edited.emit(name, enabled)
+            return True
+        if role != Qt.ItemDataRole.EditRole or index.column() not in (self.RATE, self.BURST):
+            return False
+        try:
+            limit = self._limit_from(row, index.column(), str(value))
+        except ConfigError:
+            return False
+        if limit == _limit(row):
+            return False
+        self._rows[index.row()] = dataclasses.replace(row, pending=limit)
+        self.dataChanged.emit(self.index(index.row(), 0), self.index(index.row(), 7))
+        self.limit_edited.emit(name, limit)
+        return True
+
+    def _limit_from(self, row: TenantRow, column: int, text: str) -> Limit | None:
+        current = _limit(row)
+        if column == self.RATE:
+            rate = parse_rate_text(text)
+            if rate is None:
+                return None
+            return Limit(rate, current.burst if current else max(1.0, rate))
+        if current is None:
+            raise ConfigError("set a rate first: an unlimited tenant has no burst.")
+        return Limit(current.rate_per_s, parse_burst(text))
+
+
+def _limit(row: TenantRow) -> Limit | None:
+    if row.pending is False or row.pending is True:
+        return row.record.limit
+    return row.pending
+
+
+def _rate_text(limit: Limit | None) -> str:
+    return "unlimited" if limit is None else fmt_rate(limit.rate_per_s)
+
+
+def _burst_text(limit: Limit | None) -> str:
+    return "—" if limit is None else f"{limit.burst:g}"
+
+
+def _sort_limit(limit: Limit | None) -> tuple[float, float]:
+    return (float("inf"), float("inf")) if limit is None else (limit.rate_per_s, limit.burst)
+
+
+def _tenant_key(level: BucketLevel) -> BucketKey:
+    return BucketKey.for_tenant(level.key.tenant)
+
+
+def _live(row: TenantRow) -> tuple[float | None, int, int, float | None]:
+    return (row.tokens, row.queued, row.leased, row.oldest_s)
+
+
+# -- providers, workers, depth ---------------------------------------------------------------
+
+
+def _options_text(p: ProviderRecord) -> str:
+    return "  ".join(f"{k}={v}" for k, v in sorted(p.options.items()))
+
+
+class ProvidersModel(RecordModel[ProviderRecord]):
+    """Providers; secret values are never here, only their names shown masked."""
+
+    columns = (
+        Column[ProviderRecord]("Provider", lambda p: p.name),
+        Column[ProviderRecord]("Kind", lambda p: p.kind),
+        Column[ProviderRecord]("Limit", lambda p: fmt_limit(p.limit)),
+        Column[ProviderRecord]("Options", _options_text),
+        Column[ProviderRecord](
+            "Secrets", lambda p: "  ".join(f"{k}={MASKED}" for k in p.secret_names)
+        ),
+    )
+
+    def key(self, row: ProviderRecord) -> Hashable:
+        return row.name
+
+
+class WorkersModel(RecordModel[WorkerRecord]):
+    """Live workers (this console's engine and ``omnipost worker`` processes) by heartbeat."""
+
+    columns = (
+        Column[WorkerRecord]("Worker", lambda w: w.id),
+        Column[WorkerRecord]("Host", lambda w: w.host),
+        Column[WorkerRecord]("PID", lambda w: str(w.pid), lambda w: w.pid, right=True),
+        Column[WorkerRecord]("State", lambda w: w.state),
+        Column[WorkerRecord](
+            "Concurrency", lambda w: str(w.concurrency), lambda w: w.concurrency, right=True
+        ),
+        Column[WorkerRecord](
+            "Delivered", lambda w: fmt_count(w.delivered), lambda w: w.delivered, right=True
+        ),
+        Column[WorkerRecord](
+            "Heartbeat", lambda w: fmt_age(w.heartbeat_at), lambda w: -w.heartbeat_at, right=True
+        ),
+        Column[WorkerRecord](
+            "Up for",
+            lambda w: fmt_duration(max(0.0, time.time() - w.started_at)),
+            lambda w: w.started_at,
+            right=True,
+        ),
+    )
+
+    def __init__(self, own_id: str = "", parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.own_id = own_id
+
+    def key(self, row: WorkerRecord) -> Hashable:
+        return row.id
+
+    def role_data(self, record: WorkerRecord, column: int, role: int) -> Any:
+        if record.id != self.own_id:
+            return None
+        if role == Qt.ItemDataRole.FontRole:
+            font = QFont()
+            font.setBold(True)
+            return font
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return "This console's own engine."
+        return None
+
+
+class DepthModel(RecordModel[TenantDepth]):
+    columns = (
+        Column[TenantDepth]("Tenant", lambda d: d.tenant),
+        Column[TenantDepth]("Queued", lambda d: fmt_count(d.queued), lambda d: d.queued, True),
+        Column[TenantDepth]("In flight", lambda d: fmt_count(d.leased), lambda d: d.leased, True),
+        Column[TenantDepth](
+            "Delivered", lambda d: fmt_count(d.delivered), lambda d: d.delivered, True
+        ),
+        Column[TenantDepth]("Dead", lambda d: fmt_count(d.dead), lambda d: d.dead, True),
+        Column[TenantDepth](
+            "Oldest queued",
+            lambda d: fmt_duration(d.oldest_queued_age_s),
+            lambda d: d.oldest_queued_age_s or 0.0,
+            True,
+            "How long the oldest notification still queued has waited.",
+        ),
+    )
+
+    def key(self, row: TenantDepth) -> Hashable:
+        return row.tenant
+
+
+# -- notifications ---------------------------------------------------------------------------
+
+
+class NotificationsModel(RecordModel[QueueRow]):
+    """Notifications as people may see them: recipients masked, errors in one line."""
+
+    columns = (
+        Column[QueueRow]("ID", lambda r: str(r.view.id), lambda r: r.view.id, True),
+        Column[QueueRow]("Tenant", lambda r: r.tenant),
+        Column[QueueRow]("Provider", lambda r: r.provider),
+        Column[QueueRow]("Recipient", lambda r: r.view.recipient_masked),
+        Column[QueueRow]("State", lambda r: r.view.state.value),
+        Column[QueueRow](
+            "Attempts",
+            lambda r: f"{r.view.attempt} / {r.view.max_attempts}",
+            lambda r: r.view.attempt,
+            True,
+        ),
+        Column[QueueRow](
+            "Enqueued", lambda r: fmt_age(r.view.enqueued_at), lambda r: -r.view.enqueued_at, True
+        ),
+        Column[QueueRow]("Last error", lambda r: _first_line(r.view.last_error)),
+    )
+
+    def key(self, row: QueueRow) -> Hashable:
+        return row.view.id
+
+    def role_data(self, record: QueueRow, column: int, role: int) -> Any:
+        if role == Qt.ItemDataRole.ToolTipRole and column == 7 and record.view.last_error:
+            return record.view.last_error
+        return None
+
+    def ids(self, rows: Sequence[int]) -> list[int]:
+        return [self._rows[r].view.id for r in rows if 0 <= r < len(self._rows)]
+
+
+def _first_line(text: str | None) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[0] if lines else ""

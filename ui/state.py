@@ -1,0 +1,158 @@
+"""Plain values the bridge hands to the views, and the arithmetic behind two helpers:
+the "N per window" limit and the predicted drain time of a burst."""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from engine import ConfigError, Counters, Limit, NotificationView, predicted_drain_s
+
+__all__ = [
+    "DrainForecast",
+    "LogEntry",
+    "LogKind",
+    "QueueRow",
+    "RateMeter",
+    "Rates",
+    "SimulationStatus",
+    "Status",
+    "limit_for_window",
+    "predict_drain",
+]
+
+
+class LogKind(enum.StrEnum):
+    DELIVERY = "delivery"
+    ERROR = "error"
+    AUDIT = "audit"
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    ts: float  # unix seconds
+    kind: LogKind
+    tenant: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """What the status bar shows; compared as a whole so it is re-sent only on change."""
+
+    store: str
+    limiter_backend: str
+    state: str
+    loop_lag_ms: int
+    workers: int
+    totals: Counters
+    failure: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    tenant: str
+    provider: str
+    view: NotificationView
+
+
+@dataclass(frozen=True, slots=True)
+class DrainForecast:
+    seconds: float
+    bottleneck: str  # which bucket sets the pace, for people
+
+
+@dataclass(frozen=True, slots=True)
+class SimulationStatus:
+    tenants: tuple[str, ...]
+    provider: str
+    total: int
+    enqueued: int = 0
+    elapsed_s: float = 0.0
+    forecast: DrainForecast | None = None
+    actual_s: float | None = None  # set once every notification of the burst left the queue
+    enqueuing: bool = True
+    stopped: bool = False  # stopped by the operator before it finished
+
+    @property
+    def done(self) -> bool:
+        return self.stopped or self.actual_s is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    delivered_per_s: float = 0.0
+    throttled_per_s: float = 0.0
+    failed_per_s: float = 0.0  # retried and dead together
+
+
+class RateMeter:
+    """Outcomes per second over the last ``window_s`` seconds, from successive totals: quicker
+    to follow a burst than the engine's mean over whole seconds. Totals that went down (a new
+    engine) start the meter over."""
+
+    def __init__(self, window_s: float = 2.0) -> None:
+        self.window_s = window_s
+        self._seen: deque[tuple[float, Counters]] = deque()
+
+    def update(self, ts: float, totals: Counters) -> Rates:
+        if self._seen and totals.delivered < self._seen[-1][1].delivered:
+            self._seen.clear()
+        self._seen.append((ts, totals))
+        while len(self._seen) > 2 and ts - self._seen[1][0] >= self.window_s:
+            self._seen.popleft()
+        first_ts, first = self._seen[0]
+        span_s = ts - first_ts
+        if span_s <= 0:
+            return Rates()
+        return Rates(
+            (totals.delivered - first.delivered) / span_s,
+            (totals.throttled - first.throttled) / span_s,
+            (totals.failed + totals.dead - first.failed - first.dead) / span_s,
+        )
+
+    def __repr__(self) -> str:
+        return f"RateMeter({len(self._seen)} samples over {self.window_s:g} s)"
+
+
+def limit_for_window(count: int, window_s: float, burst_share: float = 0.1) -> Limit:
+    """A bucket that never admits more than ``count`` in any ``window_s`` seconds: a burst of
+    ``burst_share`` of the count (at least 1) up front, the rest spread over the window, so
+    ``burst + rate_per_s * window_s == count``. Raises ``ConfigError`` for a count below 2,
+    a window that is not above 0, or a share outside [0, 1)."""
+    if count < 2:
+        raise ConfigError("the count per window must be at least 2.")
+    if not (math.isfinite(window_s) and window_s > 0):
+        raise ConfigError("the window must be a number of seconds above 0.")
+    if not 0 <= burst_share < 1:
+        raise ConfigError("the burst share must be at least 0 and below 1.")
+    burst = min(float(count - 1), max(1.0, math.floor(count * burst_share)))
+    return Limit((count - burst) / window_s, burst)
+
+
+def predict_drain(
+    tenants: Sequence[str],
+    provider: str,
+    count: int,
+    arrival_s: float,
+    limits: Mapping[str, Limit | None],
+) -> DrainForecast:
+    """Seconds from the start of a burst of ``count`` per tenant until its last notification
+    may be sent, by the configured buckets alone (full at the start; latency and concurrency
+    not counted). ``limits`` maps bucket names (``tenant:T``, ``provider:P``, ``pair:T/P``) to
+    their limits; a missing name is unlimited."""
+    best = DrainForecast(arrival_s, "arrivals" if arrival_s > 0 else "nothing: no limits")
+    candidates: list[tuple[str, int]] = [(f"provider:{provider}", count * len(tenants))]
+    for tenant in tenants:
+        candidates += [(f"tenant:{tenant}", count), (f"pair:{tenant}/{provider}", count)]
+    for name, n in candidates:
+        limit = limits.get(name)
+        if limit is None:
+            continue
+        seconds = predicted_drain_s(n, limit.rate_per_s, limit.burst, arrival_s)
+        if seconds > best.seconds:
+            best = DrainForecast(seconds, f"{name.replace(':', ' ')} at {limit.rate_per_s:g}/s")
+    return best

@@ -1,0 +1,452 @@
+"""The live dashboard: headline figures, a gauge per bucket, and four plots over time.
+
+Curves are created once per series and fed with ``setData`` from the bridge's ring buffers on
+each sample (pyqtgraph's ``scrollingPlots`` example); a hidden dashboard skips the redraw and
+catches up when shown.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QColor, QFont, QShowEvent
+from PySide6.QtWidgets import (
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QScrollArea,
+    QSizePolicy,
+    QSplitter,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine import Snapshot
+from ui.bridge import Bridge
+from ui.fmt import fmt_bucket, fmt_count, fmt_duration, fmt_latency
+from ui.gauges import BucketGauges
+from ui.history import Array
+from ui.models import DepthModel
+from ui.theme import LIGHT, Theme
+
+__all__ = ["Dashboard", "Stat"]
+
+# Antialiased wide lines cost several times more to paint (measured with bench/console.py);
+# the plots redraw twice a second while the engine shares the thread.
+pg.setConfigOptions(antialias=False)
+
+_CURVES = 5  # at most, in the bucket fill and queued plots
+_STAGGER_MS = 30
+_OUTCOMES = {
+    "delivered_per_s": ("delivered", "#59a14f"),
+    "throttled_per_s": ("throttled", "#edc948"),
+    "failed_per_s": ("failed", "#e15759"),
+}
+_LATENCY = {
+    "p50_ms": ("p50", "#4e79a7"),
+    "p95_ms": ("p95", "#f28e2b"),
+    "p99_ms": ("p99", "#e15759"),
+}
+_FULL = 97.0  # a bucket whose mean fill stayed above this (in %) did not hold anything back
+
+
+class Stat(QFrame):
+    """A headline figure with its caption."""
+
+    def __init__(self, caption: str, tip: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.setToolTip(tip)
+        self.value = QLabel("—")
+        font = QFont(self.value.font())
+        font.setPointSizeF(font.pointSizeF() * 1.7)
+        font.setBold(True)
+        self.value.setFont(font)
+        self.caption = QLabel(caption)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 6, 10, 6)
+        layout.setSpacing(0)
+        layout.addWidget(self.value)
+        layout.addWidget(self.caption)
+
+    def set(self, text: str, alarm: bool = False, colour: str = "#d64545") -> None:
+        """Show ``text``, in ``colour`` when ``alarm``."""
+        self.value.setText(text)
+        self.value.setStyleSheet(f"color: {colour};" if alarm else "")
+
+
+class _Plot:
+    """One plot with named curves created on first use."""
+
+    def __init__(self, title: str, unit: str, legend: bool, fixed_max: float | None = None):
+        self.widget = pg.PlotWidget()
+        self.widget.setMenuEnabled(False)
+        self.widget.setMinimumHeight(150)
+        self.item = self.widget.getPlotItem()
+        self.item.setTitle(title)
+        self.item.showGrid(x=True, y=True, alpha=0.2)
+        self.item.setLabel("left", unit)
+        self.item.setLabel("bottom", "seconds ago")
+        self.item.setClipToView(True)
+        self.item.setDownsampling(auto=True, mode="peak")
+        self.item.setMouseEnabled(x=False, y=False)
+        self.item.hideButtons()
+        self.legend = self.item.addLegend(offset=(8, 4)) if legend else None
+        if self.legend is not None:
+            self.legend.setColumnCount(3)
+        self.smooth = 1  # plot a moving mean over this many samples
+        self.fixed_max = fixed_max
+        self.curves: dict[str, pg.PlotDataItem] = {}
+        self.note: pg.TextItem | None = None
+        self.range: tuple[float, float] = (0.0, 0.0)
+
+    def say(self, text: str) -> None:
+        """A sentence in the middle of the plot, for when there is nothing to draw."""
+        if self.note is None:
+            self.note = pg.TextItem(anchor=(0.5, 0.5))
+            self.item.addItem(self.note, ignoreBounds=True)
+        self.note.setText(text)
+        self.note.setVisible(bool(text))
+        view = self.item.getViewBox().viewRange()
+        self.note.setPos(sum(view[0]) / 2, sum(view[1]) / 2)
+
+    def curve(self, name: str, label: str, colour: QColor, width: float = 2.0) -> pg.PlotDataItem:
+        curve = self.curves.get(name)
+        if curve is None:
+            curve = self.item.plot(name=label, pen=pg.mkPen(colour, width=width))
+            self.curves[name] = curve
+        return curve
+
+    def drop(self, name: str) -> None:
+        curve = self.curves.pop(name, None)
+        if curve is not None:
+            self.item.removeItem(curve)
+            if self.legend is not None:
+                self.legend.removeItem(curve)
+
+    def fit(self, x: Array, highest: float, span_s: float) -> None:
+        """Ranges move in steps (a 1-2-5 top, a left edge in whole 10 s): the axes, which
+        are costly to redraw, change only when a step is crossed."""
+        top = self.fixed_max * 1.04 if self.fixed_max is not None else _nice(highest * 1.1)
+        left = -span_s if x.size == 0 else max(-span_s, min(-10.0, float(x[0])))
+        left = math.floor(left / 10) * 10
+        if (top, left) != self.range:
+            self.range = (top, left)
+            self.item.setRange(xRange=(left, 0), yRange=(0, top), padding=0)
+
+    def theme(self, theme: Theme) -> None:
+        self.widget.setBackground(theme.background)
+        for axis in ("left", "bottom"):
+            ax = self.item.getAxis(axis)
+            ax.setPen(pg.mkPen(theme.grid))
+            ax.setTextPen(pg.mkPen(theme.muted))
+        self.item.titleLabel.setText(self.item.titleLabel.text, color=theme.text)
+        if self.legend is not None:
+            backdrop = QColor(theme.background)
+            backdrop.setAlpha(235)  # a box over the oldest data, not a veil over it
+            self.legend.setBrush(pg.mkBrush(backdrop))
+            self.legend.setLabelTextColor(theme.text)
+            for _sample, label in self.legend.items:
+                label.setText(label.text, color=theme.text)  # re-rendered in the new colour
+        if self.note is not None:
+            self.note.setColor(theme.muted)
+
+
+class Dashboard(QWidget):
+    def __init__(self, bridge: Bridge, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.bridge = bridge
+        self._theme = LIGHT
+        self._colours: dict[str, QColor] = {}
+        self._families: dict[str, int] = {}
+        self._dirty = False
+        self._latest: Snapshot | None = None
+        self.last_refresh_s = 0.0
+        self._build()
+        bridge.sampled.connect(self.on_sample)
+
+    # -- layout ----------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        self.stats = {
+            "delivered": Stat("delivered / s", "Deliveries per second, over the last 2 s."),
+            "throttled": Stat("throttled / s", "Provider 429s per second: requeued, not lost."),
+            "failed": Stat("failed / s", "Failed sends per second (retried, or dead)."),
+            "queued": Stat("queued", "Notifications waiting, over all tenants."),
+            "oldest": Stat("oldest waiting", "Age of the oldest queued notification."),
+            "p95": Stat("p95 latency", "95% of deliveries took at most this, enqueue to sent."),
+            "dead": Stat("dead", "Notifications that will not be retried without you."),
+        }
+        strip = QHBoxLayout()
+        for stat in self.stats.values():
+            strip.addWidget(stat)
+        self.live_button = QPushButton("Pause live view")
+        self.live_button.setCheckable(True)
+        self.live_button.setToolTip(
+            "Freeze the dashboard; sampling and the engine go on. (Ctrl+Space)"
+        )
+        self.live_button.toggled.connect(self.set_paused)
+        strip.addWidget(self.live_button, 0, Qt.AlignmentFlag.AlignVCenter)
+
+        self.gauges = BucketGauges()
+        gauge_scroll = QScrollArea()
+        gauge_scroll.setWidgetResizable(True)
+        gauge_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        gauge_scroll.setWidget(self.gauges)
+        self.depth_model = DepthModel(self)
+        self.depth_table = QTableView()
+        self.depth_table.setModel(self.depth_model)
+        self.depth_table.verticalHeader().hide()
+        self.depth_table.horizontalHeader().setSectionResizeMode(
+            QHeaderView.ResizeMode.ResizeToContents
+        )
+        self.depth_table.horizontalHeader().setStretchLastSection(True)
+        self.depth_table.setSelectionMode(QTableView.SelectionMode.NoSelection)
+        left = QWidget()
+        left_layout = QVBoxLayout(left)
+        left_layout.setContentsMargins(0, 0, 0, 0)
+        left_layout.addWidget(_heading("Buckets — tokens left of the burst"))
+        left_layout.addWidget(gauge_scroll, 3)
+        left_layout.addWidget(_heading("Queues"))
+        left_layout.addWidget(self.depth_table, 2)
+
+        self.fill_plot = _Plot("Fill of the emptiest buckets", "%", legend=True, fixed_max=100)
+        if self.fill_plot.legend is not None:
+            self.fill_plot.legend.setColumnCount(2)  # bucket names are long
+        self.depth_plot = _Plot("Queued: the deepest tenants", "notifications", legend=True)
+        self.rate_plot = _Plot("Outcomes per second", "per s", legend=True)
+        self.latency_plot = _Plot("Enqueue → delivery latency", "ms", legend=True)
+        plots = QWidget()
+        grid = QGridLayout(plots)
+        grid.setContentsMargins(0, 0, 0, 0)
+        for i, plot in enumerate(self.plots):
+            grid.addWidget(plot.widget, i // 2, i % 2)
+
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        splitter.addWidget(left)
+        splitter.addWidget(plots)
+        splitter.setStretchFactor(0, 2)
+        splitter.setStretchFactor(1, 5)
+        splitter.setSizes([380, 900])
+        layout = QVBoxLayout(self)
+        layout.addLayout(strip)
+        layout.addWidget(splitter, 1)
+
+    @property
+    def plots(self) -> tuple[_Plot, _Plot, _Plot, _Plot]:
+        return (self.fill_plot, self.depth_plot, self.rate_plot, self.latency_plot)
+
+    def apply_theme(self, theme: Theme) -> None:
+        self._theme = theme
+        for plot in self.plots:
+            plot.theme(theme)
+
+    @property
+    def paused(self) -> bool:
+        return self.live_button.isChecked()
+
+    def set_paused(self, paused: bool) -> None:
+        """Freeze the dashboard to look at it; sampling (history, log, the simulator's
+        clock) goes on, and resuming shows the present again."""
+        self.live_button.setChecked(paused)
+        self.live_button.setText("Resume live view" if paused else "Pause live view")
+        if not paused and self._latest is not None:
+            self.refresh(self._latest)
+
+    # -- updates ---------------------------------------------------------------------------
+
+    def on_sample(self, snap: Snapshot) -> None:
+        self._latest = snap
+        if not self.isVisible() or self.paused:
+            self._dirty = True
+            return
+        self.refresh(snap)
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        if self._dirty and self._latest is not None and not self.paused:
+            self.refresh(self._latest)
+
+    def refresh(self, snap: Snapshot) -> None:
+        """Redraw everything from ``snap`` and the bridge's history."""
+        self.last_refresh_s = 0.0  # the plots' parts add theirs as they run
+        started = time.perf_counter()
+        self._dirty = False
+        self._stats(snap)
+        self.gauges.set_levels(snap.buckets, self._bucket_colours(snap))
+        self.depth_model.set_rows(snap.depth)
+        self.last_refresh_s += time.perf_counter() - started
+        self._curves(snap)
+
+    def _stats(self, snap: Snapshot) -> None:
+        queued = sum(d.queued for d in snap.depth)
+        oldest = max((d.oldest_queued_age_s or 0.0 for d in snap.depth), default=0.0)
+        dead = sum(d.dead for d in snap.depth)
+        rates = self.bridge.rates
+        self.stats["delivered"].set(f"{rates.delivered_per_s:.1f}")
+        self.stats["throttled"].set(
+            f"{rates.throttled_per_s:.1f}", rates.throttled_per_s > 0, "#c98a12"
+        )
+        self.stats["failed"].set(f"{rates.failed_per_s:.1f}", rates.failed_per_s > 0, "#d64545")
+        self.stats["queued"].set(fmt_count(queued))
+        self.stats["oldest"].set(fmt_duration(oldest) if queued else "—", oldest > 60)
+        self.stats["p95"].set(fmt_latency(snap.latency_p95_s))
+        self.stats["dead"].set(fmt_count(dead), dead > 0)
+
+    def _colour(self, name: str) -> QColor:
+        """A colour per series, stable for the session; each family (fill, queued) cycles
+        through the palette on its own."""
+        colour = self._colours.get(name)
+        if colour is None:
+            family = name.partition(":")[0]
+            index = self._families.get(family, 0)
+            self._families[family] = index + 1
+            colour = self._colours[name] = self._theme.series(index)
+        return colour
+
+    def _bucket_colours(self, snap: Snapshot) -> dict[str, QColor]:
+        return {str(b.key): self._colour(f"fill:{b.key}") for b in snap.buckets}
+
+    def _curves(self, snap: Snapshot) -> None:
+        """Feed the four plots one after the other, ``_STAGGER_MS`` apart: each repaints on
+        its own, and the engine's callbacks run in between instead of waiting for all four."""
+        parts = (
+            lambda: self._fill_curves(snap),
+            self._depth_curves,
+            lambda: self._feed_fixed(self.rate_plot, _OUTCOMES),
+            lambda: self._feed_fixed(self.latency_plot, _LATENCY),
+        )
+        for index, part in enumerate(parts):
+            if index == 0:
+                self._timed(part)
+            else:
+                QTimer.singleShot(index * _STAGGER_MS, self, functools.partial(self._timed, part))
+
+    def _timed(self, part: Callable[[], None]) -> None:
+        started = time.perf_counter()
+        part()
+        self.last_refresh_s += time.perf_counter() - started
+
+    def _x(self) -> Array:
+        """Sample times as seconds before the newest sample."""
+        t = self.bridge.history.times()
+        return t - t[-1] if t.size else t
+
+    def _fill_curves(self, snap: Snapshot) -> None:
+        self._smoothing()
+        self._feed(self.fill_plot, self._emptiest(snap))
+        self.fill_plot.say(
+            ""
+            if self.fill_plot.curves or not snap.buckets
+            else "Every bucket stayed nearly full: no limit held anything back."
+        )
+
+    def _depth_curves(self) -> None:
+        self._feed(self.depth_plot, self._deepest())
+        self.depth_plot.say("" if self.depth_plot.curves else "Nothing has queued up.")
+
+    def _smoothing(self) -> None:
+        # A bucket refills between samples and is drained again: raw levels are a saw-tooth.
+        # The fill plot shows each bucket's mean over the last second; the gauges, the level.
+        self.fill_plot.smooth = max(1, round(1000 / self.bridge.interval_ms))
+
+    def _emptiest(self, snap: Snapshot) -> dict[str, str]:
+        """The buckets that ran lowest over the visible window, none that stayed nearly
+        full: a dozen saw-tooth curves would tell nothing."""
+        scores = {}
+        for level in snap.buckets:
+            name = f"fill:{level.key}"
+            y = self.bridge.history.series(name)
+            if y.size and not np.isnan(y).all() and (mean := float(np.nanmean(y))) < _FULL:
+                scores[name] = (mean, fmt_bucket(level.key))
+        return _choose(self.fill_plot, scores)
+
+    def _deepest(self) -> dict[str, str]:
+        """The tenants with the most queued, over the visible window."""
+        scores = {}
+        for name in self.bridge.history.names("queued:"):
+            y = self.bridge.history.series(name)
+            if (peak := _peak(y)) > 0:
+                scores[name] = (-peak, name.removeprefix("queued:"))
+        return _choose(self.depth_plot, scores)
+
+    def _feed(self, plot: _Plot, names: dict[str, str]) -> None:
+        x = self._x()
+        for gone in plot.curves.keys() - names.keys():
+            plot.drop(gone)
+        highest = 0.0
+        for name, label in names.items():
+            y = _moving_mean(self.bridge.history.series(name), plot.smooth)
+            plot.curve(name, label, self._colour(name)).setData(x, y, connect="finite")
+            highest = max(highest, _peak(y))
+        plot.fit(x, highest, self.bridge.history_s)
+
+    def _feed_fixed(self, plot: _Plot, names: dict[str, tuple[str, str]]) -> None:
+        x = self._x()
+        highest = 0.0
+        for name, (label, colour) in names.items():
+            y = self.bridge.history.series(name)
+            plot.curve(name, label, QColor(colour)).setData(x, y, connect="finite")
+            highest = max(highest, _peak(y))
+        plot.fit(x, highest, self.bridge.history_s)
+
+
+def _choose(plot: _Plot, scores: dict[str, tuple[float, str]]) -> dict[str, str]:
+    """Up to ``_CURVES`` names with the lowest scores, as {name: label}. Curves shown already
+    stay while they still have a score, so the plot does not flicker as the ranking shifts;
+    and fewer curves (and legend entries) keep the redraw cheap."""
+    chosen = [name for name in plot.curves if name in scores][:_CURVES]
+    for name in sorted(scores, key=lambda n: scores[n][0]):
+        if len(chosen) >= _CURVES:
+            break
+        if name not in chosen:
+            chosen.append(name)
+    return {name: scores[name][1] for name in chosen}
+
+
+def _nice(value: float) -> float:
+    """The smallest of 1, 1.5, 2, 3, 5, 7.5, 10, 15... at least ``value`` (and at least 1)."""
+    if value <= 1:
+        return 1.0
+    power = 10 ** math.floor(math.log10(value))
+    steps = (1, 1.5, 2, 3, 5, 7.5, 10)
+    return float(next(step * power for step in steps if step * power >= value))
+
+
+def _moving_mean(y: Array, width: int) -> Array:
+    """The mean of each value and the ``width - 1`` before it, NaN-aware; ``y`` itself for 1."""
+    if width <= 1 or y.size == 0:
+        return y
+    valid = ~np.isnan(y)
+    sums = np.convolve(np.where(valid, y, 0.0), np.ones(width), mode="full")[: y.size]
+    counts = np.convolve(valid.astype(float), np.ones(width), mode="full")[: y.size]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = sums / counts
+    mean[~valid] = np.nan  # keep gaps where the bucket did not exist
+    return mean
+
+
+def _peak(y: Array) -> float:
+    if y.size == 0 or np.isnan(y).all():
+        return 0.0
+    value = float(np.nanmax(y))
+    return value if math.isfinite(value) else 0.0
+
+
+def _heading(text: str) -> QLabel:
+    label = QLabel(text)
+    font = QFont(label.font())
+    font.setBold(True)
+    label.setFont(font)
+    label.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+    return label

@@ -1,0 +1,173 @@
+"""Queue and dead letters: filter by tenant and state; retry or discard the selected dead
+notifications, or all that match, after a confirmation that does not block the window."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSortFilterProxyModel
+from PySide6.QtGui import QHideEvent, QShowEvent
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine import NotificationState, TenantRecord
+from ui.bridge import Bridge
+from ui.models import SORT_ROLE, NotificationsModel
+from ui.state import QueueRow
+from ui.widgets import MessageBar
+
+__all__ = ["QueueView"]
+
+ALL = "All tenants"
+
+
+class QueueView(QWidget):
+    def __init__(self, bridge: Bridge, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.bridge = bridge
+        self.model = NotificationsModel(self)
+        self.proxy = QSortFilterProxyModel(self)
+        self.proxy.setSourceModel(self.model)
+        self.proxy.setSortRole(SORT_ROLE)
+        self._build()
+        bridge.tenants_changed.connect(self.set_tenants)
+        bridge.queue_changed.connect(self.set_rows)
+
+    def _build(self) -> None:
+        self.tenant = QComboBox()
+        self.tenant.addItem(ALL)
+        self.state = QComboBox()
+        self.state.addItem("dead", NotificationState.DEAD.value)
+        for state in (NotificationState.QUEUED, NotificationState.LEASED):
+            self.state.addItem(state.value, state.value)
+        self.state.addItem("delivered", NotificationState.DELIVERED.value)
+        self.state.addItem("any state", "")
+        self.tenant.currentIndexChanged.connect(self.reload)
+        self.state.currentIndexChanged.connect(self.reload)
+        self.count = QLabel()
+        filters = QHBoxLayout()
+        filters.addWidget(QLabel("Tenant"))
+        filters.addWidget(self.tenant)
+        filters.addWidget(QLabel("State"))
+        filters.addWidget(self.state)
+        filters.addWidget(self.count, 1)
+
+        self.bar = MessageBar()
+        self.table = QTableView()
+        self.table.setModel(self.proxy)
+        self.table.setSortingEnabled(True)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.table.verticalHeader().hide()
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setStretchLastSection(True)
+        self.table.selectionModel().selectionChanged.connect(self._update_buttons)
+
+        self.retry_selected = QPushButton("Retry selected")
+        self.discard_selected = QPushButton("Discard selected…")
+        self.retry_all = QPushButton("Retry all matching…")
+        self.discard_all = QPushButton("Discard all matching…")
+        self.retry_selected.clicked.connect(lambda: self.confirm(retry=True, selected=True))
+        self.discard_selected.clicked.connect(lambda: self.confirm(retry=False, selected=True))
+        self.retry_all.clicked.connect(lambda: self.confirm(retry=True, selected=False))
+        self.discard_all.clicked.connect(lambda: self.confirm(retry=False, selected=False))
+        actions = QHBoxLayout()
+        for button in (self.retry_selected, self.discard_selected, self.retry_all):
+            actions.addWidget(button)
+        actions.addWidget(self.discard_all)
+        actions.addStretch(1)
+        self.hint = QLabel("Only dead notifications can be retried or discarded.")
+        actions.addWidget(self.hint)
+
+        layout = QVBoxLayout(self)
+        layout.addLayout(filters)
+        layout.addWidget(self.bar)
+        layout.addWidget(self.table, 1)
+        layout.addLayout(actions)
+        self._update_buttons()
+
+    # -- data ------------------------------------------------------------------------------
+
+    def filters(self) -> tuple[str | None, NotificationState | None]:
+        tenant = None if self.tenant.currentText() == ALL else self.tenant.currentText()
+        state = self.state.currentData()
+        return tenant, NotificationState(state) if state else None
+
+    def reload(self) -> None:
+        if self.isVisible():
+            self.bridge.load_queue(*self.filters())
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        self.bridge.load_queue(*self.filters())
+
+    def hideEvent(self, event: QHideEvent) -> None:
+        super().hideEvent(event)
+        self.bridge.stop_queue_updates()
+
+    def set_tenants(self, tenants: list[TenantRecord]) -> None:
+        current = self.tenant.currentText()
+        names = [ALL, *(t.name for t in tenants)]
+        if [self.tenant.itemText(i) for i in range(self.tenant.count())] != names:
+            self.tenant.blockSignals(True)
+            self.tenant.clear()
+            self.tenant.addItems(names)
+            self.tenant.setCurrentText(current if current in names else ALL)
+            self.tenant.blockSignals(False)
+
+    def set_rows(self, rows: list[QueueRow]) -> None:
+        self.model.set_rows(rows)
+        self.count.setText(f"{len(rows)} shown (newest first, at most 200 per tenant)")
+        self._update_buttons()
+
+    def selected_ids(self) -> list[int]:
+        rows = [self.proxy.mapToSource(i).row() for i in self.table.selectionModel().selectedRows()]
+        return self.model.ids(rows)
+
+    def _dead_shown(self) -> bool:
+        return self.filters()[1] is NotificationState.DEAD
+
+    def _update_buttons(self) -> None:
+        dead = self._dead_shown()
+        chosen = bool(self.selected_ids()) and dead
+        self.retry_selected.setEnabled(chosen)
+        self.discard_selected.setEnabled(chosen)
+        self.retry_all.setEnabled(dead and self.model.rowCount() > 0)
+        self.discard_all.setEnabled(dead and self.model.rowCount() > 0)
+        self.hint.setVisible(not dead)
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def confirm(self, *, retry: bool, selected: bool) -> None:
+        """Ask in the message bar; nothing happens until the operator confirms there."""
+        tenant, _ = self.filters()
+        ids = self.selected_ids() if selected else None
+        whose = f" of {tenant}" if tenant else ""
+        what = (
+            f"{len(ids)} selected dead notification{'s' if len(ids) != 1 else ''}"
+            if ids is not None
+            else f"every dead notification{whose}"
+        )
+        if retry and ids is not None:
+            self.bridge.retry_dead(ids, tenant)  # harmless and undoable: no question
+            return
+        verb = "Retry" if retry else "Discard"
+        consequence = (
+            "They go back to the queue with a fresh attempt budget."
+            if retry
+            else "They are deleted for good."
+        )
+        self.bar.ask(
+            f"{verb} {what}? {consequence}",
+            verb,
+            lambda: (self.bridge.retry_dead if retry else self.bridge.discard_dead)(ids, tenant),
+            level="info" if retry else "warn",
+        )

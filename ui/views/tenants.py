@@ -1,0 +1,299 @@
+"""Tenants and limits: an editable table applied live, the "N per window" helper, pair limits."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import (
+    QAbstractItemModel,
+    QModelIndex,
+    QPersistentModelIndex,
+    QSortFilterProxyModel,
+    Qt,
+)
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QPushButton,
+    QSpinBox,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine import ConfigError, Limit, ProviderRecord, Snapshot, TenantRecord
+from ui.bridge import Bridge
+from ui.fmt import fmt_limit, fmt_rate
+from ui.models import SORT_ROLE, TenantsModel, parse_burst, parse_rate_text
+from ui.state import limit_for_window
+from ui.widgets import CheckedEdit
+
+__all__ = ["LimitDelegate", "TenantsView", "limit_from_fields"]
+
+WINDOWS = (("second", 1.0), ("minute", 60.0), ("hour", 3600.0), ("day", 86400.0))
+
+
+def limit_from_fields(rate_text: str, burst_text: str) -> Limit | None:
+    """The limit two form fields ask for: no rate means unlimited; no burst means one
+    second's worth (at least 1). Raises ``ConfigError`` with one sentence."""
+    rate = parse_rate_text(rate_text)
+    if rate is None:
+        if burst_text.strip():
+            raise ConfigError("a burst needs a rate as well.")
+        return None
+    burst = parse_burst(burst_text) if burst_text.strip() else max(1.0, rate)
+    return Limit(rate, burst)
+
+
+class LimitDelegate(QStyledItemDelegate):
+    """Edits rate and burst cells in a line edit that checks the text as you type and only
+    commits text that parses."""
+
+    def createEditor(
+        self,
+        parent: QWidget,
+        option: QStyleOptionViewItem,
+        index: QModelIndex | QPersistentModelIndex,
+    ) -> QWidget:
+        if index.column() == TenantsModel.RATE:
+            return CheckedEdit(parse_rate_text, "unlimited", parent)
+        return CheckedEdit(parse_burst, "at least 1", parent)
+
+    def setEditorData(self, editor: QWidget, index: QModelIndex | QPersistentModelIndex) -> None:
+        if isinstance(editor, QLineEdit):
+            editor.setText(str(index.data(Qt.ItemDataRole.EditRole) or ""))
+            editor.selectAll()
+
+    def setModelData(
+        self,
+        editor: QWidget,
+        model: QAbstractItemModel,
+        index: QModelIndex | QPersistentModelIndex,
+    ) -> None:
+        if isinstance(editor, QLineEdit) and editor.hasAcceptableInput():
+            model.setData(index, editor.text(), Qt.ItemDataRole.EditRole)
+
+
+class TenantsView(QWidget):
+    def __init__(self, bridge: Bridge, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.bridge = bridge
+        self.model = TenantsModel(self)
+        self.model.limit_edited.connect(bridge.set_tenant_limit)
+        self.model.enabled_edited.connect(bridge.set_tenant_enabled)
+        self.proxy = QSortFilterProxyModel(self)
+        self.proxy.setSourceModel(self.model)
+        self.proxy.setSortRole(SORT_ROLE)
+        self._build()
+        bridge.tenants_changed.connect(self.set_tenants)
+        bridge.providers_changed.connect(self.set_providers)
+        bridge.limits_changed.connect(self.set_limits)
+        bridge.sampled.connect(self.on_sample)
+
+    def _build(self) -> None:
+        self.new_name = QLineEdit()
+        self.new_name.setPlaceholderText("tenant name")
+        self.new_rate = CheckedEdit(parse_rate_text, "rate: 50/s, 300/min… (empty: unlimited)")
+        self.new_burst = CheckedEdit(
+            lambda t: parse_burst(t) if t.strip() else None, "burst (default: 1 s worth)"
+        )
+        self.add_button = QPushButton("Add tenant")
+        self.add_button.clicked.connect(self.add_tenant)
+        self.new_name.returnPressed.connect(self.add_tenant)
+        add_row = QHBoxLayout()
+        for widget in (self.new_name, self.new_rate, self.new_burst, self.add_button):
+            add_row.addWidget(widget)
+
+        self.table = QTableView()
+        self.table.setModel(self.proxy)
+        self.table.setItemDelegate(LimitDelegate(self.table))
+        self.table.setSortingEnabled(True)
+        self.table.sortByColumn(0, Qt.SortOrder.AscendingOrder)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(
+            QAbstractItemView.EditTrigger.DoubleClicked
+            | QAbstractItemView.EditTrigger.EditKeyPressed
+            | QAbstractItemView.EditTrigger.AnyKeyPressed
+        )
+        self.table.verticalHeader().hide()
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setStretchLastSection(True)
+        self.table.selectionModel().selectionChanged.connect(self._selected)
+        hint = QLabel(
+            "Double-click a rate or burst to change it; it applies to the running engine at "
+            "once and is written to the store and the audit log. An empty rate is unlimited."
+        )
+        hint.setWordWrap(True)
+
+        layout = QVBoxLayout(self)
+        layout.addLayout(add_row)
+        layout.addWidget(self.table, 1)
+        layout.addWidget(hint)
+        helpers = QHBoxLayout()
+        helpers.addWidget(self._window_helper(), 1)
+        helpers.addWidget(self._pair_form(), 1)
+        layout.addLayout(helpers)
+
+    def _window_helper(self) -> QGroupBox:
+        box = QGroupBox("N per window → rate and burst")
+        self.window_count = QSpinBox()
+        self.window_count.setRange(2, 10_000_000)
+        self.window_count.setValue(100)
+        self.window_unit = QComboBox()
+        for label, seconds in WINDOWS:
+            self.window_unit.addItem(label, seconds)
+        self.window_unit.setCurrentIndex(1)
+        self.window_share = QSpinBox()
+        self.window_share.setRange(0, 90)
+        self.window_share.setValue(10)
+        self.window_share.setSuffix(" % up front")
+        self.window_result = QLabel()
+        self.window_result.setWordWrap(True)
+        self.window_apply = QPushButton("Apply to the selected tenant")
+        self.window_apply.setEnabled(False)
+        self.window_apply.clicked.connect(self.apply_window_limit)
+        for signal in (
+            self.window_count.valueChanged,
+            self.window_unit.currentIndexChanged,
+            self.window_share.valueChanged,
+        ):
+            signal.connect(self._update_window_result)
+        row = QHBoxLayout()
+        row.addWidget(self.window_count)
+        row.addWidget(QLabel("per"))
+        row.addWidget(self.window_unit)
+        row.addWidget(self.window_share)
+        layout = QVBoxLayout(box)
+        layout.addLayout(row)
+        layout.addWidget(self.window_result)
+        layout.addWidget(self.window_apply)
+        self._update_window_result()
+        return box
+
+    def _pair_form(self) -> QGroupBox:
+        box = QGroupBox("Limit of one tenant on one provider")
+        self.pair_tenant = QComboBox()
+        self.pair_provider = QComboBox()
+        self.pair_rate = CheckedEdit(parse_rate_text, "rate (empty: remove the limit)")
+        self.pair_burst = CheckedEdit(
+            lambda t: parse_burst(t) if t.strip() else None, "burst (default: 1 s worth)"
+        )
+        self.pair_set = QPushButton("Set")
+        self.pair_set.clicked.connect(self.set_pair_limit)
+        self.pair_list = QListWidget()
+        self.pair_list.setMaximumHeight(90)
+        form = QFormLayout()
+        pick = QHBoxLayout()
+        pick.addWidget(self.pair_tenant)
+        pick.addWidget(QLabel("on"))
+        pick.addWidget(self.pair_provider)
+        form.addRow("Tenant", pick)
+        limit = QHBoxLayout()
+        limit.addWidget(self.pair_rate)
+        limit.addWidget(self.pair_burst)
+        limit.addWidget(self.pair_set)
+        form.addRow("Limit", limit)
+        layout = QVBoxLayout(box)
+        layout.addLayout(form)
+        layout.addWidget(self.pair_list)
+        return box
+
+    # -- data in ---------------------------------------------------------------------------
+
+    def set_tenants(self, tenants: list[TenantRecord]) -> None:
+        self.model.set_tenants(tenants)
+        _refill(self.pair_tenant, [t.name for t in tenants])
+        self._selected()
+
+    def set_providers(self, providers: list[ProviderRecord]) -> None:
+        _refill(self.pair_provider, [p.name for p in providers])
+
+    def set_limits(self, limits: dict[str, Limit]) -> None:
+        self.pair_list.clear()
+        for name, limit in sorted(limits.items()):
+            if name.startswith("pair:"):
+                tenant, _, provider = name.removeprefix("pair:").partition("/")
+                self.pair_list.addItem(f"{tenant} on {provider}: {fmt_limit(limit)}")
+
+    def on_sample(self, snap: Snapshot) -> None:
+        self.model.set_live(snap.buckets, snap.depth)
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def selected_tenant(self) -> str | None:
+        rows = self.table.selectionModel().selectedRows()
+        if not rows:
+            return None
+        return self.model.record(self.proxy.mapToSource(rows[0]).row()).record.name
+
+    def _selected(self) -> None:
+        tenant = self.selected_tenant()
+        self.window_apply.setEnabled(tenant is not None)
+        self.window_apply.setText(
+            f"Apply to {tenant}" if tenant else "Select a tenant to apply this to"
+        )
+
+    def window_limit(self) -> Limit:
+        return limit_for_window(
+            self.window_count.value(),
+            float(self.window_unit.currentData()),
+            self.window_share.value() / 100,
+        )
+
+    def _update_window_result(self) -> None:
+        try:
+            limit = self.window_limit()
+        except ConfigError as exc:
+            self.window_result.setText(exc.message)
+            return
+        self.window_result.setText(
+            f"rate {fmt_rate(limit.rate_per_s)}, burst {limit.burst:g}: never more than "
+            f"{self.window_count.value():,} in any {self.window_unit.currentText()}."
+        )
+
+    def apply_window_limit(self) -> None:
+        tenant = self.selected_tenant()
+        if tenant is not None:
+            self.bridge.set_tenant_limit(tenant, self.window_limit())
+
+    def add_tenant(self) -> None:
+        name = self.new_name.text().strip()
+        try:
+            if not name:
+                raise ConfigError("give the new tenant a name.")
+            limit = limit_from_fields(self.new_rate.text(), self.new_burst.text())
+        except ConfigError as exc:
+            self.bridge.report_error(exc.message)
+            return
+        self.bridge.add_tenant(name, limit)
+        self.new_name.clear()
+
+    def set_pair_limit(self) -> None:
+        tenant, provider = self.pair_tenant.currentText(), self.pair_provider.currentText()
+        try:
+            if not tenant or not provider:
+                raise ConfigError("choose a tenant and a provider first.")
+            limit = limit_from_fields(self.pair_rate.text(), self.pair_burst.text())
+        except ConfigError as exc:
+            self.bridge.report_error(exc.message)
+            return
+        self.bridge.set_pair_limit(tenant, provider, limit)
+
+
+def _refill(combo: QComboBox, names: list[str]) -> None:
+    current = combo.currentText()
+    if [combo.itemText(i) for i in range(combo.count())] == names:
+        return
+    combo.clear()
+    combo.addItems(names)
+    if current in names:
+        combo.setCurrentText(current)

@@ -1,0 +1,37 @@
+"""Workers: this console's engine and every ``omnipost worker`` sharing the store, by heartbeat."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QHeaderView, QLabel, QTableView, QVBoxLayout, QWidget
+
+from engine import WorkerRecord
+from ui.bridge import Bridge
+from ui.models import WorkersModel
+
+__all__ = ["WorkersView"]
+
+
+class WorkersView(QWidget):
+    def __init__(self, bridge: Bridge, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.bridge = bridge
+        self.model = WorkersModel(bridge.engine.worker_id, self)
+        self.table = QTableView()
+        self.table.setModel(self.model)
+        self.table.verticalHeader().hide()
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setStretchLastSection(True)
+        note = QLabel(
+            "Workers that sent a heartbeat in the last 15 s. This console's own engine is in "
+            "bold; start more with `omnipost worker` on any machine that reaches the store."
+        )
+        note.setWordWrap(True)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.table, 1)
+        layout.addWidget(note)
+        bridge.workers_changed.connect(self.set_workers)
+
+    def set_workers(self, workers: list[WorkerRecord]) -> None:
+        self.model.own_id = self.bridge.engine.worker_id
+        self.model.set_rows(sorted(workers, key=lambda w: (w.host, w.id)))
