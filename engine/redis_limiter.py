@@ -14,7 +14,9 @@ When Redis is unreachable the limiter says so once, at WARNING, and falls back t
 in-process ``LocalLimiter`` over the limits it remembers, each divided by ``fallback_workers()``
 (the live worker count, so all workers together stay near the shared limit) and starting
 empty. It probes Redis at most every ``probe_s`` and returns to it when it answers, pushing any
-limits configured in the meantime. Driver errors never leave this class.
+limits configured in the meantime; the first process back holds every bucket empty for
+``probe_s``, while the others may still spend their local shares. Every process must use the
+same ``probe_s``. Driver errors never leave this class.
 """
 
 from __future__ import annotations
@@ -105,6 +107,7 @@ class RedisLimiter:
         self._scripts = {name: self._client.register_script(_lua(name)) for name in _SCRIPTS}
         self._set_key = f"{prefix}:buckets"
         self._marker_key = f"{prefix}:seeded"
+        self._rejoin_key = f"{prefix}:rejoined"  # set for probe_s by the first process back
         self._names: dict[BucketKey, tuple[str, str, str]] = {}
         self._limits: dict[BucketKey, Limit] = {}  # what this process configured, for the fallback
         self._pending: dict[BucketKey, Limit | None] = {}  # configured while Redis was away
@@ -288,9 +291,11 @@ class RedisLimiter:
         self._next_probe = now + self._probe_s  # concurrent callers stay local meanwhile
         try:
             await cast(Awaitable[bool], self._client.ping())
+            await self._seed()  # first, so a Redis that lost its data gets them back empty
             for key, limit in list(self._pending.items()):
                 await self._configure(key, limit, fill="full")
                 self._pending.pop(key, None)
+            await self._hold_for_peers()
         except _UNAVAILABLE as exc:
             log.debug("Redis at %s is still unavailable: %s", self._where(), exc)
             return False
@@ -300,6 +305,19 @@ class RedisLimiter:
         )
         self._fallback = None
         return True
+
+    async def _hold_for_peers(self) -> None:
+        """Other workers keep spending their local shares until their own next probe, at most
+        ``probe_s`` from now (every process uses the same ``probe_s``). So the first process
+        back holds every bucket it knows empty for ``probe_s`` (a ``block``): no window then
+        sees Redis's grants on top of a straggler's local ones."""
+        if max(1, self._workers()) == 1 or not self._limits:
+            return
+        hold_ms = max(1, math.ceil(self._probe_s * 1000))
+        if not await self._client.set(self._rejoin_key, "1", nx=True, px=hold_ms):
+            return  # another process came back moments ago and holds them
+        for key in list(self._limits):
+            await self._scripts["block"](keys=self._triples([key]), args=[repr(self._probe_s)])
 
     def _degrade(self, exc: BaseException) -> None:
         self._next_probe = self._clock.monotonic() + self._probe_s

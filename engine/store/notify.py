@@ -9,14 +9,32 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from sqlalchemy.engine import URL
 
-__all__ = ["CHANNEL", "listen"]
+__all__ = ["CHANNEL", "connect_args", "listen"]
 
 log = logging.getLogger(__name__)
 
 CHANNEL = "omnipost_enqueue"
+
+
+def connect_args(url: URL) -> dict[str, Any]:
+    """``asyncpg.connect``'s arguments for ``url``, read as the store's pool reads it (so
+    ``?ssl=require`` or a socket folder in ``?host=`` apply here too), minus the options that
+    SQLAlchemy's driver keeps for itself."""
+    from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
+
+    dialect: Any = PGDialect_asyncpg  # untyped in SQLAlchemy
+    _, kwargs = dialect().create_connect_args(url.set(drivername="postgresql+asyncpg"))
+    for own in (
+        "async_creator_fn",
+        "prepared_statement_cache_size",
+        "prepared_statement_name_func",
+    ):
+        kwargs.pop(own, None)
+    return dict(kwargs)
 
 
 async def listen(url: URL, on_notify: Callable[[], None], *, retry_s: float = 2.0) -> None:
@@ -29,14 +47,7 @@ async def listen(url: URL, on_notify: Callable[[], None], *, retry_s: float = 2.
     while True:
         lost = asyncio.Event()
         try:
-            conn = await asyncpg.connect(
-                host=url.host,
-                port=url.port or 5432,
-                user=url.username,
-                password=url.password,
-                database=url.database,
-                timeout=10,
-            )
+            conn = await asyncpg.connect(**connect_args(url), timeout=10)
         except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
             log.info("cannot LISTEN for enqueues (polling meanwhile): %s", exc)
             await asyncio.sleep(retry_s)
