@@ -148,6 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _console_parsers(sub: Any, common: _Parser) -> None:
     p = sub.add_parser("console", parents=[common], help="open the operator's console (default)")
     p.add_argument("--demo", action="store_true", help="set up demo data and start a burst")
+    p.add_argument(
+        "--no-dispatch",
+        action="store_true",
+        help="only watch: this console's own engine dispatches nothing until you press Start",
+    )
     _redis_arg(p)
     p.set_defaults(gui="console")
     p = sub.add_parser(

@@ -81,6 +81,7 @@ async def run_console(
     *,
     demo: bool = False,
     redis_url: str | None = None,
+    dispatch: bool | None = None,
 ) -> int:
     """Open the store and the engine (its limiter in Redis at ``redis_url`` when given), show
     the window, and run until it is closed. Returns 0, or 1 when the engine failed."""
@@ -110,7 +111,7 @@ async def run_console(
         stop_signals = _on_signals(closed.set)  # Ctrl+C in the terminal closes cleanly too
         window.show()
         bridge.start_sampling()
-        if settings.dispatch_on_open or demo:
+        if (settings.dispatch_on_open if dispatch is None else dispatch) or demo:
             await bridge.start()
         if demo:
             tenants = [name for name, _ in DEMO_TENANTS]
@@ -156,5 +157,6 @@ def main(args: argparse.Namespace, ctx: Context) -> int:
         settings,
         demo=bool(getattr(args, "demo", False)),
         redis_url=getattr(args, "redis", None) or settings.redis_url or None,
+        dispatch=False if getattr(args, "no_dispatch", False) else None,
     )
     return run_on_qt_loop(app, coro)
