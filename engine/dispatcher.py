@@ -84,6 +84,7 @@ class Dispatcher:
         self._stopping = False
         self._started = False  # delivery tasks exist only once ``run`` has started
         self._flushing = asyncio.Lock()  # the completer and ``drain`` both flush
+        self._cancelled: list[Leased] = []  # sends cut short by ``drain``; it returns them
         self.delivered = 0
         self.store_error: str | None = None  # set while the store cannot be reached
         self.on_wait: Callable[[float], None] | None = None  # tests observe sleeps
@@ -245,6 +246,9 @@ class Dispatcher:
             self._busy += 1
             try:
                 await self._deliver(item)
+            except asyncio.CancelledError:
+                self._cancelled.append(item)
+                raise
             finally:
                 self._busy -= 1
                 self._wake.set()
@@ -371,7 +375,10 @@ class Dispatcher:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-            # A cancelled send keeps its lease until it expires; the reaper then requeues it.
+            # A send cut short is given back at once, unspent, rather than left 'leased' until
+            # it expires. The provider may have got it all the same: at least once.
+            if self._cancelled:
+                await self._store.queue.release(self.owner, self._cancelled)
         await self.flush()
 
     def has_pending(self) -> bool:

@@ -50,7 +50,6 @@ __all__ = ["Engine", "EngineSettings", "EngineState", "SimulationProgress"]
 log = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True, slots=True)
 class EngineSettings:
     dispatch: DispatcherSettings = field(default_factory=DispatcherSettings)
@@ -627,6 +626,9 @@ def _new(
         raise ConfigError("the recipient must not be empty.")
     if key is not None and not 0 < len(key) <= 200:
         raise ConfigError("an idempotency key must be 1 to 200 characters.")
+    for what, text in (("the recipient", recipient), ("the idempotency key", key or "")):
+        if not _is_text(text):  # undecodable bytes from a shell or a file: no UTF-8 form
+            raise ConfigError(f"{what} holds characters that are not valid Unicode text.")
     return NewNotification(
         provider_id=provider_id,
         recipient=recipient,
@@ -635,3 +637,11 @@ def _new(
         priority=priority,
         max_attempts=max_attempts,
     )
+
+
+def _is_text(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

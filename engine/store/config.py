@@ -19,7 +19,6 @@ from engine.store.schema import audit_log, providers, rate_limits, tenants, work
 __all__ = ["ConfigRepo"]
 
 
-
 def _limit(rate: float | None, burst: float | None) -> Limit | None:
     return None if rate is None or burst is None else Limit(rate, burst)
 

@@ -69,7 +69,10 @@ class Database:
     def __init__(self, url: URL, *, pool_size: int = 10) -> None:
         self.url = url
         self.dialect = url.get_backend_name()
-        kwargs: dict[str, Any] = {"pool_pre_ping": True}
+        # No pre-ping: it costs a round trip per transaction. A connection that died in the
+        # pool fails its first statement, is invalidated, and ``_run`` retries on a fresh one.
+        # No reset-on-return either: every transaction here ends in commit or rollback.
+        kwargs: dict[str, Any] = {"pool_reset_on_return": None}
         if self.dialect == "sqlite":
             kwargs["connect_args"] = {"timeout": 30.0}
         else:
@@ -146,17 +149,20 @@ async def _translated() -> AsyncIterator[None]:
         if err.connection_invalidated or isinstance(err, exc.InterfaceError):
             raise StoreUnavailable("the store connection was lost.") from err
         if isinstance(err, exc.OperationalError):
-            raise StoreUnavailable(f"the store cannot be reached: {_first_line(err.orig)}") from err
-        raise StoreError(f"the store refused a statement: {_first_line(err.orig)}") from err
+            raise StoreUnavailable(
+                f"the store cannot be reached: {_first_line(err.orig)}."
+            ) from err
+        raise StoreError(f"the store refused a statement: {_first_line(err.orig)}.") from err
     except (OSError, ConnectionError) as err:
         raise StoreUnavailable(f"the store cannot be reached: {err.strerror or err}.") from err
     except exc.SQLAlchemyError as err:
-        raise StoreError(f"the store failed: {_first_line(err)}") from err
+        raise StoreError(f"the store failed: {_first_line(err)}.") from err
 
 
 def _first_line(err: object) -> str:
+    """The driver's message, shortened, without a final period (callers end the sentence)."""
     text = str(err).strip().splitlines()
-    return (text[0] if text else type(err).__name__)[:200]
+    return (text[0] if text else type(err).__name__)[:200].rstrip(".")
 
 
 def _install_sqlite_hooks(engine: AsyncEngine) -> None:

@@ -227,9 +227,14 @@ class QueueRepo:
 
         async def tx(conn: AsyncConnection) -> list[bool]:
             ok: set[int] = set()
-            delivered = [c for c in completions if c.state is NotificationState.DELIVERED]
-            for start in range(0, len(delivered), _CHUNK):
-                ok |= await _apply_delivered(conn, delivered[start : start + _CHUNK])
+            # One statement per lease owner: _apply_delivered fences a batch on one owner.
+            delivered: dict[str, list[Completion]] = {}
+            for c in completions:
+                if c.state is NotificationState.DELIVERED:
+                    delivered.setdefault(c.leased.owner, []).append(c)
+            for mine in delivered.values():
+                for start in range(0, len(mine), _CHUNK):
+                    ok |= await _apply_delivered(conn, mine[start : start + _CHUNK])
             # The rest are rare (retries, throttles, dead letters): one by one, in id order,
             # as every multi-row writer here, so that two writers never deadlock.
             for c in completions:
@@ -380,7 +385,10 @@ async def _apply_delivered(conn: AsyncConnection, batch: Sequence[Completion]) -
     stmt = (
         N.update()
         .where(
-            sa.tuple_(N.c.id, N.c.attempt).in_(pairs)
+            # The plain id list lets SQLite (after ANALYZE) look rows up by rowid; the pairs
+            # are the fence.
+            N.c.id.in_([pair[0] for pair in pairs])
+            & sa.tuple_(N.c.id, N.c.attempt).in_(pairs)
             & (N.c.lease_owner == owner)
             & (N.c.state == _LEASED)
         )
