@@ -1,0 +1,524 @@
+"""Drain throughput of N no-op jobs: the OmniPost engine beside Procrastinate and a ceiling.
+
+On Postgres, three sides, each in its own fresh database, with the same N and concurrency:
+
+- ``omnipost``: the engine with a no-op provider (simulated, 0 ms), no rate limits. N are
+  enqueued through ``Engine.enqueue_many`` first (not timed); the clock runs from
+  ``start()`` until N deliveries are written back.
+- ``procrastinate``: a no-op ``async`` task, N jobs from ``batch_defer_async``, its schema
+  applied with ``schema_manager.apply_schema_async()``; timed ``run_worker_async(wait=False)``,
+  which returns once the queue is empty and the jobs are finished. Its pool gets the same
+  connections as OmniPost's (10, up to 20).
+- ``ceiling``: OmniPost's own claim and acknowledge statements (the text SQLAlchemy emits for
+  ``QueueRepo.claim`` and ``QueueRepo.complete``) sent with bare asyncpg, with no engine: a
+  claimer keeps at most ``concurrency`` rows leased, claiming up to ``batch`` at a time; an
+  acknowledger writes them back as delivered (one grouped UPDATE per at most 256, plus the
+  delivery-log rows) as soon as they arrive. The same rows as the engine's, enqueued the same.
+
+On SQLite the engine runs beside the same statements issued with the stdlib ``sqlite3``
+module (claim a batch, acknowledge it, repeat: SQLite has one writer at a time anyway).
+
+Sides alternate within each repeat; the JSON gives each side's median and spread and the
+ratios of the medians. A probe then times one claim of 32 and its acknowledgement alone, back
+to back, through the store and as the bare statements, to show where the difference lies.
+Usage::
+
+    .venv/bin/python bench/drain_peers.py [--count 2000] [--sqlite-count 10000]
+        [--concurrency 32] [--batch 32] [--wide 128] [--pg-modes async-commit,durable]
+        [--repeat 3] [--skip-pg] [--skip-sqlite] [--out FILE]
+
+N is small because Procrastinate, at a few hundred jobs a second here, sets the run time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import sqlite3
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+from _common import (
+    asyncpg_dsn,
+    emit,
+    fill,
+    fresh_pg,
+    log_level_warning,
+    median,
+    open_engine,
+    parser,
+    pg_commit_ms,
+    pg_reachable,
+    pg_version,
+    spread,
+    wait_delivered,
+)
+
+from engine import NotificationState, Outcome
+from engine.store import Completion, Leased
+
+OWNER = "bench-ceiling"
+PG_SIDES = ("omnipost", "procrastinate", "ceiling")
+ACK_CHUNK = 256  # DispatcherSettings.completion_batch
+LEASE_S = 30.0
+PRAGMAS = ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=30000")  # the engine's
+
+# The statements as SQLAlchemy renders QueueRepo.claim and _apply_delivered for each dialect.
+CLAIM = (
+    "UPDATE notifications SET state={p[0]}, attempt=(notifications.attempt + {p[1]}), "
+    "lease_owner={p[2]}, lease_expires_at={p[3]} WHERE notifications.id IN "
+    "(SELECT notifications.id FROM notifications WHERE notifications.state = {p[4]} "
+    "AND notifications.tenant_id = {p[5]} AND notifications.provider_id = {p[6]} "
+    "AND notifications.available_at <= {p[7]} "
+    "ORDER BY notifications.priority DESC, notifications.id LIMIT {p[8]}{tail}) "
+    "RETURNING notifications.id, notifications.recipient, notifications.payload, "
+    "notifications.idempotency_key, notifications.attempt, notifications.failures, "
+    "notifications.max_attempts, notifications.enqueued_at"
+)
+LOG_COLUMNS = (
+    "notification_id, tenant_id, provider_id, attempt, outcome, detail, worker, ts, latency_s"
+)
+
+
+def claim_sql(dialect: str) -> str:
+    if dialect == "sqlite":
+        return CLAIM.format(p=["?"] * 9, tail=" OFFSET 0")
+    return CLAIM.format(p=[f"${i}" for i in range(1, 10)], tail=" FOR UPDATE SKIP LOCKED")
+
+
+def ack_sql(dialect: str, n: int) -> str:
+    """The grouped UPDATE to delivered for ``n`` (id, attempt) pairs."""
+    if dialect == "sqlite":
+        pairs, owner, state = "VALUES " + ", ".join(["(?, ?)"] * n), "?", "?"
+        head = "?, ?, ?, ?"
+    else:
+        pairs = ", ".join(f"(${7 + 2 * i}, ${8 + 2 * i})" for i in range(n))
+        head, owner, state = "$1, $2, $3, $4", "$5", "$6"
+    h = head.split(", ")
+    return (
+        f"UPDATE notifications SET state={h[0]}, lease_owner={h[1]}, lease_expires_at={h[2]}, "
+        f"finished_at={h[3]} WHERE (notifications.id, notifications.attempt) IN ({pairs}) "
+        f"AND notifications.lease_owner = {owner} AND notifications.state = {state} "
+        "RETURNING notifications.id"
+    )
+
+
+def log_sql(dialect: str) -> str:
+    marks = ", ".join(["?"] * 9 if dialect == "sqlite" else [f"${i}" for i in range(1, 10)])
+    return f"INSERT INTO delivery_log ({LOG_COLUMNS}) VALUES ({marks})"
+
+
+def ack_args(dialect: str, rows: list[Any], now: float) -> tuple[list[Any], list[tuple[Any, ...]]]:
+    """Arguments of the grouped UPDATE and of the delivery-log rows, ids in order. Postgres
+    numbers its parameters (owner and state are $5 and $6); SQLite's come in text order."""
+    pairs = sorted((r[0], r[4]) for r in rows)
+    flat = [x for pair in pairs for x in pair]
+    head: list[Any] = ["delivered", None, None, now]
+    tail: list[Any] = [OWNER, "leased"]
+    args = head + flat + tail if dialect == "sqlite" else head + tail + flat
+    logs = [(i, 1, 1, a, "delivered", "simulated", OWNER, now, 0.0) for i, a in pairs]
+    return args, logs
+
+
+# -- OmniPost ------------------------------------------------------------------------------
+
+
+async def run_engine(url: str, count: int, concurrency: int, batch: int) -> dict[str, Any]:
+    async with open_engine(url, concurrency=concurrency, batch=batch) as b:
+        enqueue_per_s = await fill(b.engine, "bench", count)
+        t0 = time.perf_counter()
+        await b.engine.start()
+        ok = await wait_delivered(b.engine, count, timeout_s=600)
+        elapsed = time.perf_counter() - t0
+    return {"per_s": count / elapsed, "ok": ok, "enqueue_per_s": enqueue_per_s}
+
+
+async def prepare_rows(url: str, count: int) -> None:
+    """The ceiling's rows: the same tenant, provider and notifications as the engine's run."""
+    async with open_engine(url) as b:
+        await fill(b.engine, "bench", count)
+
+
+# -- the ceiling on Postgres ---------------------------------------------------------------
+
+
+class Pipeline:
+    """A claimer and an acknowledger sharing leased rows, as the engine's dispatcher and
+    completer do, with nothing else: no limiter, no provider, no tasks per row."""
+
+    def __init__(self, conn_claim: Any, conn_ack: Any, count: int, concurrency: int) -> None:
+        self.claim_conn, self.ack_conn = conn_claim, conn_ack
+        self.count, self.concurrency = count, concurrency
+        self.inflight = 0
+        self.acked = 0
+        self.pending: list[Any] = []
+        self.ready = asyncio.Event()
+        self.room = asyncio.Event()
+
+    async def claimer(self, batch: int) -> None:
+        claimed = 0
+        sql = claim_sql("postgresql")
+        while claimed < self.count:
+            free = self.concurrency - self.inflight
+            if free <= 0:
+                self.room.clear()
+                await self.room.wait()
+                continue
+            now = time.time()
+            async with self.claim_conn.transaction():
+                rows = await self.claim_conn.fetch(
+                    sql, "leased", 1, OWNER, now + LEASE_S, "queued", 1, 1, now, min(batch, free)
+                )
+            if not rows:
+                raise RuntimeError("the ceiling ran out of rows before it claimed them all")
+            claimed += len(rows)
+            self.inflight += len(rows)
+            self.pending.extend(rows)
+            self.ready.set()
+
+    async def acknowledger(self) -> None:
+        insert = log_sql("postgresql")
+        while self.acked < self.count:
+            await self.ready.wait()
+            self.ready.clear()
+            while self.pending:
+                rows, self.pending = self.pending[:ACK_CHUNK], self.pending[ACK_CHUNK:]
+                args, logs = ack_args("postgresql", rows, time.time())
+                async with self.ack_conn.transaction():
+                    done = await self.ack_conn.fetch(ack_sql("postgresql", len(rows)), *args)
+                    await self.ack_conn.executemany(insert, logs)
+                self.acked += len(done)
+                self.inflight -= len(rows)
+                self.room.set()
+
+
+async def run_ceiling_pg(url: str, count: int, concurrency: int, batch: int) -> dict[str, Any]:
+    await prepare_rows(url, count)
+    dsn = asyncpg_dsn(url)
+    a, b = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
+    try:
+        pipe = Pipeline(a, b, count, concurrency)
+        t0 = time.perf_counter()
+        await asyncio.gather(pipe.claimer(batch), pipe.acknowledger())
+        elapsed = time.perf_counter() - t0
+    finally:
+        await a.close()
+        await b.close()
+    return {"per_s": count / elapsed, "ok": pipe.acked == count}
+
+
+# -- Procrastinate -------------------------------------------------------------------------
+
+
+async def run_procrastinate(url: str, count: int, concurrency: int) -> dict[str, Any]:
+    import procrastinate
+
+    dsn = asyncpg_dsn(url)
+    connector = procrastinate.PsycopgConnector(conninfo=dsn, min_size=10, max_size=20)
+    app = procrastinate.App(connector=connector)
+
+    @app.task(name="noop")
+    async def noop() -> None:
+        return None
+
+    async with app.open_async():
+        await app.schema_manager.apply_schema_async()
+        t0 = time.perf_counter()
+        for start in range(0, count, 1000):
+            await noop.batch_defer_async(*({} for _ in range(min(1000, count - start))))
+        enqueue_per_s = count / (time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        await app.run_worker_async(
+            concurrency=concurrency, wait=False, install_signal_handlers=False
+        )
+        elapsed = time.perf_counter() - t0
+    conn = await asyncpg.connect(dsn)
+    try:
+        done = await conn.fetchval(
+            "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
+        )
+    finally:
+        await conn.close()
+    return {"per_s": count / elapsed, "ok": done == count, "enqueue_per_s": enqueue_per_s}
+
+
+# -- SQLite --------------------------------------------------------------------------------
+
+
+def ceiling_sqlite(path: Path, count: int, concurrency: int, batch: int) -> dict[str, Any]:
+    con = sqlite3.connect(path, isolation_level=None)
+    for pragma in PRAGMAS:
+        con.execute(f"PRAGMA {pragma}")
+    claim, insert = claim_sql("sqlite"), log_sql("sqlite")
+    acked = 0
+    t0 = time.perf_counter()
+    while acked < count:
+        now = time.time()
+        con.execute("BEGIN IMMEDIATE")
+        args = ("leased", 1, OWNER, now + LEASE_S, "queued", 1, 1, now, min(batch, concurrency))
+        rows = con.execute(claim, args).fetchall()
+        con.execute("COMMIT")
+        if not rows:
+            raise RuntimeError("the ceiling ran out of rows before it claimed them all")
+        update, logs = ack_args("sqlite", rows, time.time())
+        con.execute("BEGIN IMMEDIATE")
+        acked += len(con.execute(ack_sql("sqlite", len(rows)), update).fetchall())
+        con.executemany(insert, logs)
+        con.execute("COMMIT")
+    elapsed = time.perf_counter() - t0
+    con.close()
+    return {"per_s": count / elapsed, "ok": acked == count}
+
+
+# -- where the time goes: one claim and one acknowledgement, alone ---------------------------
+
+
+async def probe(url: str, rounds: int = 30) -> dict[str, float]:
+    """Median ms of a claim of 32 and of its acknowledgement, back to back with nothing else
+    running: through the store (``QueueRepo.claim`` / ``complete``) and as the bare
+    statements (asyncpg or ``sqlite3``), on the same database and rows."""
+    store_claim, store_ack, raw_claim, raw_ack = [], [], [], []
+    async with open_engine(url) as b:
+        await fill(b.engine, "bench", 2 * 32 * rounds)
+        queue = b.store.queue
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            leased = await queue.claim(1, 1, 32, owner=OWNER, lease_s=LEASE_S, now=time.time())
+            t1 = time.perf_counter()
+            await queue.complete([_done(item) for item in leased], worker=OWNER)
+            store_claim.append(t1 - t0)
+            store_ack.append(time.perf_counter() - t1)
+        raw = RawSqlite(url) if url.startswith("sqlite") else await RawPg.open(url)
+        try:
+            for _ in range(rounds):
+                t0 = time.perf_counter()
+                rows = await raw.claim(32)
+                t1 = time.perf_counter()
+                await raw.ack(rows)
+                raw_claim.append(t1 - t0)
+                raw_ack.append(time.perf_counter() - t1)
+        finally:
+            await raw.close()
+    ms = {"store_claim_ms": store_claim, "store_ack_ms": store_ack}
+    ms |= {"bare_claim_ms": raw_claim, "bare_ack_ms": raw_ack}
+    return {k: round(statistics.median(v) * 1000, 2) for k, v in ms.items()}
+
+
+def _done(item: Leased) -> Completion:
+    now = time.time()
+    return Completion(
+        leased=item,
+        outcome=Outcome.DELIVERED,
+        state=NotificationState.DELIVERED,
+        detail="simulated",
+        ts=now,
+        latency_s=now - item.enqueued_at,
+    )
+
+
+class RawPg:
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    @classmethod
+    async def open(cls, url: str) -> RawPg:
+        return cls(await asyncpg.connect(asyncpg_dsn(url)))
+
+    async def claim(self, n: int) -> list[Any]:
+        now = time.time()
+        async with self.conn.transaction():
+            return list(
+                await self.conn.fetch(
+                    claim_sql("postgresql"),
+                    "leased",
+                    1,
+                    OWNER,
+                    now + LEASE_S,
+                    "queued",
+                    1,
+                    1,
+                    now,
+                    n,
+                )
+            )
+
+    async def ack(self, rows: list[Any]) -> None:
+        args, logs = ack_args("postgresql", rows, time.time())
+        async with self.conn.transaction():
+            await self.conn.fetch(ack_sql("postgresql", len(rows)), *args)
+            await self.conn.executemany(log_sql("postgresql"), logs)
+
+    async def close(self) -> None:
+        await self.conn.close()
+
+
+class RawSqlite:
+    def __init__(self, url: str) -> None:
+        self.con = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+        for pragma in PRAGMAS:
+            self.con.execute(f"PRAGMA {pragma}")
+
+    async def claim(self, n: int) -> list[Any]:
+        now = time.time()
+        self.con.execute("BEGIN IMMEDIATE")
+        args = ("leased", 1, OWNER, now + LEASE_S, "queued", 1, 1, now, n)
+        rows = self.con.execute(claim_sql("sqlite"), args).fetchall()
+        self.con.execute("COMMIT")
+        return rows
+
+    async def ack(self, rows: list[Any]) -> None:
+        update, logs = ack_args("sqlite", rows, time.time())
+        self.con.execute("BEGIN IMMEDIATE")
+        self.con.execute(ack_sql("sqlite", len(rows)), update).fetchall()
+        self.con.executemany(log_sql("sqlite"), logs)
+        self.con.execute("COMMIT")
+
+    async def close(self) -> None:
+        self.con.close()
+
+
+# -- driver --------------------------------------------------------------------------------
+
+Side = Callable[[], Coroutine[Any, Any, dict[str, Any]]]
+OURS = ("omnipost", "omnipost_wide")
+PEERS = ("procrastinate", "ceiling")
+
+
+@dataclass(frozen=True)
+class Plan:
+    count: int
+    concurrency: int
+    batch: int
+    wide: int  # concurrency and batch of the extra "omnipost_wide" run; 0 for none
+
+
+async def run_ours(side: str, url: str, plan: Plan) -> dict[str, Any]:
+    if side == "omnipost_wide":
+        return await run_engine(url, plan.count, plan.wide, plan.wide)
+    return await run_engine(url, plan.count, plan.concurrency, plan.batch)
+
+
+async def pg_side(side: str, plan: Plan, *, durable: bool) -> dict[str, Any]:
+    async with fresh_pg(side[:6], durable=durable) as url:
+        if side in OURS:
+            return await run_ours(side, url, plan)
+        if side == "procrastinate":
+            return await run_procrastinate(url, plan.count, plan.concurrency)
+        return await run_ceiling_pg(url, plan.count, plan.concurrency, plan.batch)
+
+
+async def sqlite_side(side: str, plan: Plan) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bench.db"
+        url = f"sqlite:///{path}"
+        if side in OURS:
+            return await run_ours(side, url, plan)
+        await prepare_rows(url, plan.count)
+        return await asyncio.to_thread(
+            ceiling_sqlite, path, plan.count, plan.concurrency, plan.batch
+        )
+
+
+async def compare(sides: dict[str, Side], repeat: int) -> dict[str, Any]:
+    """Run every side ``repeat`` times, alternating; median per side and ratios of medians."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
+    for _ in range(repeat):
+        for name, side in sides.items():
+            runs[name].append(await side())
+    result: dict[str, Any] = {}
+    for name, samples in runs.items():
+        result[name] = {
+            "per_s": spread([s["per_s"] for s in samples]),
+            "all_ok": all(s["ok"] for s in samples),
+        }
+        if "enqueue_per_s" in samples[0]:
+            result[name]["enqueue_per_s"] = median([s["enqueue_per_s"] for s in samples])
+    result["ratios"] = {
+        f"{ours}_over_{peer}": round(
+            result[ours]["per_s"]["median"] / result[peer]["per_s"]["median"], 3
+        )
+        for ours in OURS
+        if ours in result
+        for peer in PEERS
+        if peer in result
+    }
+    return result
+
+
+def names(wide: int, peers: tuple[str, ...]) -> tuple[str, ...]:
+    return ("omnipost", *(("omnipost_wide",) if wide else ()), *peers)
+
+
+async def run_postgres(plan: Plan, modes: list[str], repeat: int) -> dict[str, Any]:
+    report: dict[str, Any] = {
+        "postgres_version": await pg_version(),
+        "postgres_commit_ms": await pg_commit_ms(),
+    }
+    for mode in modes:
+        durable = mode == "durable"
+        sides: dict[str, Side] = {
+            name: functools.partial(pg_side, name, plan, durable=durable)
+            for name in names(plan.wide, PEERS)
+        }
+        report[f"postgres_{mode}"] = await compare(sides, repeat)
+    async with fresh_pg("probe", durable=False) as url:
+        report["postgres_probe"] = await probe(url)
+    return report
+
+
+async def main() -> None:
+    p = parser(__doc__)
+    p.add_argument("--count", type=int, default=2_000, help="jobs per Postgres run")
+    p.add_argument("--sqlite-count", type=int, default=10_000, help="jobs per SQLite run")
+    p.add_argument("--concurrency", type=int, default=32)
+    p.add_argument("--batch", type=int, default=32, help="OmniPost's leases per claim")
+    p.add_argument(
+        "--wide",
+        type=int,
+        default=128,
+        help="also run OmniPost alone with this concurrency "
+        "and batch, to show what the batch size buys (0: skip)",
+    )
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument(
+        "--pg-modes",
+        default="async-commit,durable",
+        help="comma list: async-commit (synchronous_commit off on the bench database: the "
+        "engines' own cost) and/or durable (the server's default: every commit waits for fsync)",
+    )
+    p.add_argument("--skip-pg", action="store_true")
+    p.add_argument("--skip-sqlite", action="store_true")
+    args = p.parse_args()
+    log_level_warning()
+    pg_plan = Plan(args.count, args.concurrency, args.batch, args.wide)
+    lite_plan = Plan(args.sqlite_count, args.concurrency, args.batch, args.wide)
+    report: dict[str, Any] = {
+        "bench": "drain_peers",
+        "count": {"postgres": pg_plan.count, "sqlite": lite_plan.count},
+        "concurrency": args.concurrency,
+        "batch": args.batch,
+        "wide": args.wide,
+        "repeat": args.repeat,
+    }
+    if not args.skip_pg and await pg_reachable():
+        report.update(await run_postgres(pg_plan, args.pg_modes.split(","), args.repeat))
+    if not args.skip_sqlite:
+        report["sqlite_version"] = sqlite3.sqlite_version
+        sides: dict[str, Side] = {
+            name: functools.partial(sqlite_side, name, lite_plan)
+            for name in names(lite_plan.wide, ("ceiling",))
+        }
+        report["sqlite"] = await compare(sides, args.repeat)
+        with tempfile.TemporaryDirectory() as tmp:
+            report["sqlite_probe"] = await probe(f"sqlite:///{Path(tmp) / 'probe.db'}")
+    emit(report, args.out)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
