@@ -32,9 +32,22 @@ pytest: install
 
 test: lint typecheck contracts pytest
 
+# Needs Postgres on 127.0.0.1:5432 and Redis on 127.0.0.1:6379 (skipped where absent).
+# Writes docs/benchmarks.md and docs/bench/*.{json,png}; about 10 minutes on 2 cores.
 bench: install
-	$(BIN)/python bench/bucket.py
-	$(BIN)/python bench/drain.py
+	$(BIN)/pip install --quiet --group bench -e .
+	$(BIN)/python bench/report.py
+
+# The packaged app (docs/packaging.md): dist/omnipost/, one folder whose `omnipost` is the CLI
+# and the console. dist-test builds it, runs its self-test and tests/test_frozen.py against it.
+.PHONY: dist dist-test
+dist: install
+	$(BIN)/pip install --quiet --group dist
+	$(BIN)/pyinstaller --noconfirm --log-level WARN omnipost.spec
+
+dist-test: dist
+	dist/omnipost/omnipost self-test --screenshot build/self-test.png
+	OMNIPOST_REQUIRE_FROZEN=1 $(BIN)/pytest tests/test_frozen.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache

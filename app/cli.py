@@ -4,6 +4,7 @@ stderr), 1 on a runtime failure; never a traceback."""
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import asyncio
 import importlib
 import logging
@@ -34,6 +35,13 @@ def _one_line(message: str) -> str:
         half = _MESSAGE_MAX // 2
         text = f"{text[:half]}...{text[-half:]}"
     return text
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("omnipost")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -110,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="omnipost", description="Rate-limited multi-tenant notification dispatch."
     )
+    parser.add_argument("--version", action="version", version=f"omnipost {_version()}")
     parser.add_argument("--db", dest="db_top", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--demo", action="store_true", help=argparse.SUPPRESS)  # for the console
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
@@ -121,6 +122,7 @@ class Bridge(QObject):
         self._sim: SimulationStatus | None = None
         self._sim_task: asyncio.Task[int] | None = None
         self._sim_started = 0.0
+        self._sim_enqueued_at = math.inf  # wall time the burst's last enqueue was written
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # -- reading ---------------------------------------------------------------------------
@@ -495,6 +497,7 @@ class Bridge(QObject):
             tuple(tenants), provider, count * len(tenants), forecast=forecast
         )
         self._sim_started = time.monotonic()
+        self._sim_enqueued_at = math.inf
         self.simulation_changed.emit(self._sim)
         task = self._spawn(
             self._engine.simulate(
@@ -516,6 +519,7 @@ class Bridge(QObject):
             self.simulation_changed.emit(self._sim)
             raise
         if self._sim is not None:
+            self._sim_enqueued_at = self._engine.clock.wall()
             self._sim = _with(self._sim, enqueuing=False, enqueued=self._sim.total)
             self.simulation_changed.emit(self._sim)
 
@@ -545,7 +549,9 @@ class Bridge(QObject):
             return
         elapsed_s = time.monotonic() - self._sim_started
         waiting = sum(d.queued + d.leased for d in snap.depth if d.tenant in sim.tenants)
-        if not sim.enqueuing and waiting == 0:
+        # A snapshot taken before the last enqueue (one awaited in _poll while the burst
+        # finished) would show nothing waiting yet: only a later one can say it drained.
+        if not sim.enqueuing and waiting == 0 and snap.ts >= self._sim_enqueued_at:
             self._sim = _with(sim, actual_s=elapsed_s, elapsed_s=elapsed_s)
         else:
             self._sim = _with(sim, elapsed_s=elapsed_s)
