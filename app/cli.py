@@ -4,9 +4,9 @@ stderr), 1 on a runtime failure; never a traceback."""
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import asyncio
 import importlib
+import importlib.metadata
 import logging
 import os
 import sys
