@@ -2,7 +2,6 @@
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-export QT_QPA_PLATFORM ?= offscreen
 
 .PHONY: install run demo test lint typecheck contracts pytest bench clean
 
@@ -14,7 +13,12 @@ $(BIN)/omnipost: pyproject.toml
 
 install: $(BIN)/omnipost
 
-run demo: install
+# The console on the embedded SQLite store (it offers the demo on an empty store).
+run: install
+	$(BIN)/omnipost console
+
+# Without a screen: demo tenants and a live burst on the command line.
+demo: install
 	$(BIN)/omnipost demo
 
 lint: install
