@@ -290,7 +290,7 @@ class RedisLimiter:
             return False
         self._next_probe = now + self._probe_s  # concurrent callers stay local meanwhile
         try:
-            await cast(Awaitable[bool], self._client.ping())
+            await self._client.ping()
             await self._seed()  # first, so a Redis that lost its data gets them back empty
             for key, limit in list(self._pending.items()):
                 await self._configure(key, limit, fill="full")

@@ -17,7 +17,6 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import cast
 
 import pytest
 from redis.asyncio import Redis
@@ -41,7 +40,7 @@ async def redis_client_or_skip() -> Redis:
     """A client to the test server; skips (fails under CI) when it does not answer."""
     client = Redis.from_url(REDIS_URL, socket_connect_timeout=1.0)
     try:
-        await cast(Awaitable[bool], client.ping())
+        await client.ping()
     except (RedisError, OSError) as exc:
         await client.aclose()
         reason = f"Redis is not reachable at {REDIS_URL}: {exc}"

@@ -125,6 +125,8 @@ async def test_concurrent_migrations_agree(store_url: str, box: SecretBox) -> No
 
 
 async def test_ensure_current_refuses_an_unmigrated_store(store_url: str, box: SecretBox) -> None:
+    if store_url.startswith("sqlite:///"):
+        Path(store_url.removeprefix("sqlite:///")).touch()  # an empty database file
     async with Store(store_url, box) as store:
         with pytest.raises(StoreError) as caught:
             await store.ensure_current()
@@ -137,6 +139,14 @@ async def test_ensure_current_refuses_an_unmigrated_store(store_url: str, box: S
 
         await store.migrate()
         await store.ensure_current()
+
+
+async def test_a_missing_sqlite_file_is_not_created(tmp_path: Path, box: SecretBox) -> None:
+    path = tmp_path / "typo.db"
+    async with Store(f"sqlite:///{path}", box) as store:
+        with pytest.raises(StoreError, match=r"there is no store at .*typo\.db; run `omnipost"):
+            await store.ensure_current()
+    assert not path.exists()
 
 
 async def test_ensure_current_refuses_an_unknown_revision(store_url: str, box: SecretBox) -> None:

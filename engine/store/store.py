@@ -89,6 +89,12 @@ class Store:
     async def ensure_current(self) -> None:
         """Raise StoreError unless the schema is at the newest revision."""
         head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
+        missing = _missing_sqlite_file(self._db.url.database) if self._db.is_sqlite else None
+        if missing:
+            # Checked before connecting: SQLite would create an empty file at a mistyped path.
+            raise StoreError(
+                f"there is no store at {missing}; run `omnipost migrate` to create it."
+            )
         current = await self.revision()
         if current != head:
             raise StoreError(
@@ -98,6 +104,11 @@ class Store:
 
     def __repr__(self) -> str:
         return f"Store({self.url_masked})"
+
+
+def _missing_sqlite_file(path: str | None) -> str | None:
+    """``path`` when no file is there (a quick stat, fine on the loop)."""
+    return path if path and not Path(path).exists() else None
 
 
 def _upgrade(sync_conn: sa.Connection) -> None:
