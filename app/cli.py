@@ -173,6 +173,11 @@ def _console_parsers(sub: Any, common: _Parser) -> None:
 
 def _run_gui(module: str, args: argparse.Namespace, ctx: commands.Context) -> int:
     """Run ``app.<module>.main``; Qt is imported only here, so the CLI works without it."""
+    if module == "console" and _no_screen():
+        raise ConfigError(
+            "the console needs a screen, and neither DISPLAY nor WAYLAND_DISPLAY is set; "
+            "run `omnipost demo` for a burst in the terminal, or `omnipost self-test`."
+        )
     try:
         gui = importlib.import_module(f"app.{module}")
     except ImportError as exc:
@@ -182,6 +187,13 @@ def _run_gui(module: str, args: argparse.Namespace, ctx: commands.Context) -> in
         ) from None
     result: int = gui.main(args, ctx)
     return result
+
+
+def _no_screen() -> bool:
+    """On Linux without X or Wayland (and no platform chosen), Qt would abort: say so first."""
+    if not sys.platform.startswith("linux") or os.environ.get("QT_QPA_PLATFORM"):
+        return False
+    return not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
 def _run_parsers(sub: Any, common: _Parser) -> None:

@@ -557,3 +557,15 @@ def test_no_traceback_at_the_process_level(tmp_path: Path) -> None:
         assert_one_sentence(err)
         assert "Traceback" not in out
     assert dump(url) == before
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="X11/Wayland check is Linux's")
+def test_the_console_without_a_screen_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    for name in ("QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OMNIPOST_HOME", str(tmp_path))
+    assert main(["console"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs a screen" in err[0], err
