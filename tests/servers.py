@@ -2,7 +2,7 @@
 a thread of its own, for code that runs its own event loop) and an aiosmtpd mail server; and
 ``fast_engine``, a real engine whose retries come quickly.
 
-Adapted from the helpers of ``test_provider_webhook`` and ``test_provider_smtp``; these add
+Also the helpers of ``test_provider_webhook`` and ``test_provider_smtp``; these record
 arrival times and the status each request was answered with.
 """
 
@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import email
 import email.policy
+import json
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -79,6 +80,9 @@ class Request:
     body: bytes
     at: float = 0.0  # the server loop's monotonic time when the request was read
 
+    def json(self) -> Any:
+        return json.loads(self.body)
+
 
 @dataclass(frozen=True)
 class Reply:
@@ -129,6 +133,9 @@ class ScriptedServer:
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
+
+    def seen(self, path: str) -> list[Request]:
+        return [r for r in self.requests if r.path == path]
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -262,11 +269,14 @@ class MailServer:
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
+    def drop_connections(self) -> None:
         for session in self.sessions:
             if session.transport is not None:
                 session.transport.close()
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        self.drop_connections()
         await self._server.wait_closed()
         await asyncio.sleep(0)  # let the sessions see their connections go

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import email
-import email.policy
 import ipaddress
 import socket
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from email.message import EmailMessage
 from typing import Any
 
 import pytest
@@ -27,78 +24,17 @@ from engine.domain import Message, Outcome
 from engine.errors import ConfigError
 from engine.providers import ProviderConfig, SmtpProvider
 from engine.providers.smtp import message_id
+from tests.servers import MailServer
 
 RECIPIENT = "bob@example.com"
 DAY = datetime.timedelta(days=1)
 LOOPBACK = ipaddress.IPv4Address("127.0.0.1")
 
 
-class Mailbox:
-    """An aiosmtpd handler that keeps what it accepts and can answer RCPT or DATA with a code."""
-
-    def __init__(self) -> None:
-        self.received: list[EmailMessage] = []
-        self.envelopes: list[tuple[str, list[str]]] = []
-        self.rcpt_reply: str | None = None
-        self.data_reply: str | None = None
-
-    async def handle_RCPT(  # aiosmtpd hook names
-        self, server: SMTPServer, session: Session, envelope: Envelope, address: str, _: Any
-    ) -> str:
-        if self.rcpt_reply:
-            return self.rcpt_reply.replace("ADDRESS", address)
-        envelope.rcpt_tos.append(address)
-        return "250 OK"
-
-    async def handle_DATA(self, server: SMTPServer, session: Session, envelope: Envelope) -> str:
-        if self.data_reply:
-            return self.data_reply
-        assert isinstance(envelope.content, bytes)
-        parsed = email.message_from_bytes(envelope.content, policy=email.policy.default)
-        assert isinstance(parsed, EmailMessage)
-        self.received.append(parsed)
-        self.envelopes.append((str(envelope.mail_from), list(envelope.rcpt_tos)))
-        return "250 2.0.0 Ok: queued as 42"
-
-
-class MailServer:
-    def __init__(self, **options: Any) -> None:
-        self.options = options
-        self.mailbox = Mailbox()
-        self.sessions: list[SMTPServer] = []
-        self.port = 0
-        self._server: asyncio.Server | None = None
-
-    def _protocol(self) -> SMTPServer:
-        loop = asyncio.get_running_loop()
-        session = SMTPServer(self.mailbox, hostname="mx.test", loop=loop, **self.options)
-        self.sessions.append(session)
-        return session
-
-    async def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._protocol, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    def drop_connections(self) -> None:
-        for session in self.sessions:
-            if session.transport is not None:
-                session.transport.close()
-
-    async def stop(self) -> None:
-        assert self._server is not None
-        self._server.close()
-        self.drop_connections()
-        await self._server.wait_closed()
-        await asyncio.sleep(0)  # let the sessions see their connections go
-
-
 @pytest.fixture
 async def mail() -> AsyncIterator[MailServer]:
-    server = MailServer()
-    await server.start()
-    yield server
-    await server.stop()
+    async with MailServer() as server:
+        yield server
 
 
 @pytest.fixture
@@ -184,14 +120,17 @@ async def test_a_dropped_connection_is_opened_again(
 async def test_reply_codes_map_to_outcomes(
     mail: MailServer, provider: SmtpProvider, stage: str, reply: str, outcome: Outcome
 ) -> None:
-    setattr(mail.mailbox, f"{stage}_reply", reply)
+    if stage == "rcpt":
+        mail.mailbox.rcpt_reply = lambda address: reply.replace("ADDRESS", address)
+    else:
+        mail.mailbox.data_reply = lambda _: reply
     result = await provider.send(message())
     assert result.outcome is outcome
     assert result.detail.startswith(f"SMTP {reply[:3]}: ")
     assert RECIPIENT not in result.detail
     assert result.retry_after_s == (60.0 if outcome is Outcome.THROTTLED else None)
     assert mail.mailbox.received == []
-    setattr(mail.mailbox, f"{stage}_reply", None)
+    setattr(mail.mailbox, f"{stage}_reply", lambda _: None)
     assert (await provider.send(message())).outcome is Outcome.DELIVERED
     assert len(mail.mailbox.received) == 1
 
@@ -199,7 +138,7 @@ async def test_reply_codes_map_to_outcomes(
 async def test_a_refused_recipient_never_appears_in_the_detail(
     mail: MailServer, provider: SmtpProvider
 ) -> None:
-    mail.mailbox.rcpt_reply = "550 5.1.1 <ADDRESS>: unknown user ADDRESS"
+    mail.mailbox.rcpt_reply = lambda address: f"550 5.1.1 <{address}>: unknown user {address}"
     result = await provider.send(message(recipient="Bob Smith <BOB@Example.com>"))
     assert result == result.permanent("SMTP 550: 5.1.1 <<recipient>>: unknown user <recipient>")
 
@@ -317,17 +256,16 @@ async def test_starttls_and_login_against_a_server_that_requires_both(
         auth_required=True,
         authenticator=check_login,
     )
-    await mail.start()
-    options = {"host": "127.0.0.1", "port": str(mail.port), "from": "me@omnipost.test"}
-    if trusted:
-        options["ca_file"] = tls.ca_file
-    config = ProviderConfig("mail", "smtp", options, {"username": "me", "password": password})
-    smtp = SmtpProvider.from_config(config)
-    try:
-        result = await smtp.send(message())
-    finally:
-        await smtp.aclose()
-        await mail.stop()
+    async with mail:
+        options = {"host": "127.0.0.1", "port": str(mail.port), "from": "me@omnipost.test"}
+        if trusted:
+            options["ca_file"] = tls.ca_file
+        config = ProviderConfig("mail", "smtp", options, {"username": "me", "password": password})
+        smtp = SmtpProvider.from_config(config)
+        try:
+            result = await smtp.send(message())
+        finally:
+            await smtp.aclose()
     assert result.outcome is outcome
     assert result.detail.startswith(detail)
     assert "hunter2" not in result.detail

@@ -5,12 +5,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import json
 import socket
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from email.utils import formatdate
-from http import HTTPStatus
 from typing import Any
 
 import httpx
@@ -21,102 +18,10 @@ from engine.domain import Message, Outcome, SendResult
 from engine.errors import ConfigError
 from engine.providers import ProviderConfig, WebhookProvider, verify_signature
 from engine.providers.webhook import USER_AGENT, parse_retry_after, sign
+from tests.servers import Reply, Request, Script, ScriptedServer
 
 SECRET = "whsec-test-0123456789"
 RECIPIENT = "bob@example.com"
-
-
-@dataclass(frozen=True)
-class Request:
-    method: str
-    path: str
-    headers: dict[str, str]  # lower-cased names
-    body: bytes
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-@dataclass(frozen=True)
-class Reply:
-    status: int
-    headers: dict[str, str] = field(default_factory=dict)
-    body: bytes = b""
-    delay_s: float = 0.0
-
-
-Script = list[Reply | Callable[[Request], Reply]]
-
-
-class ScriptedServer:
-    """HTTP/1.1 with keep-alive; each path answers from its script, the last entry repeating."""
-
-    def __init__(self, scripts: dict[str, Script]) -> None:
-        self.scripts = scripts
-        self.requests: list[Request] = []
-        self.served: dict[str, int] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._server: asyncio.Server | None = None
-        self.port = 0
-
-    async def __aenter__(self) -> ScriptedServer:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._server.wait_closed()
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def seen(self, path: str) -> list[Request]:
-        return [r for r in self.requests if r.path == path]
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        try:
-            while request := await self._read(reader):
-                self.requests.append(request)
-                reply = self._reply_to(request)
-                await asyncio.sleep(reply.delay_s)
-                head = f"HTTP/1.1 {reply.status} {HTTPStatus(reply.status).phrase}\r\n"
-                headers = {**reply.headers, "Content-Length": str(len(reply.body))}
-                head += "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-                writer.write(head.encode() + b"\r\n" + reply.body)
-                await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            self._tasks.discard(task)
-            writer.close()
-
-    @staticmethod
-    async def _read(reader: asyncio.StreamReader) -> Request | None:
-        line = await reader.readline()
-        if not line:
-            return None
-        method, path, _ = line.decode().split(" ", 2)
-        headers: dict[str, str] = {}
-        while (header := await reader.readline()) not in (b"\r\n", b""):
-            name, _, value = header.decode().partition(":")
-            headers[name.strip().lower()] = value.strip()
-        body = await reader.readexactly(int(headers.get("content-length", "0")))
-        return Request(method, path, headers, body)
-
-    def _reply_to(self, request: Request) -> Reply:
-        script = self.scripts.get(request.path, [Reply(404)])
-        index = self.served.get(request.path, 0)
-        self.served[request.path] = index + 1
-        step = script[min(index, len(script) - 1)]
-        return step(request) if callable(step) else step
 
 
 def check_signature(request: Request) -> Reply:
