@@ -17,6 +17,11 @@ empty. It probes Redis at most every ``probe_s`` and returns to it when it answe
 limits configured in the meantime; the first process back holds every bucket empty for
 ``probe_s``, while the others may still spend their local shares. Every process must use the
 same ``probe_s``. Driver errors never leave this class.
+
+A Redis that hangs (paused, or stuck on the network) rather than refusing counts as unreachable
+too: every command has ``call_timeout_s`` to answer, is not retried after a timeout, and then
+the limiter falls back and probes as above. A command that timed out may still run once Redis
+wakes up; at worst that spends tokens nobody used, never grants more.
 """
 
 from __future__ import annotations
@@ -26,12 +31,13 @@ import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from importlib.resources import files
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 from urllib.parse import quote, unquote
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from engine.clock import Clock
@@ -45,9 +51,12 @@ __all__ = ["RedisLimiter"]
 log = logging.getLogger(__name__)
 
 # RedisError covers ConnectionError and TimeoutError, and also READONLY after a failover or
-# LOADING after a restart: in every case Redis cannot enforce the limits right now.
-_UNAVAILABLE = (RedisError, OSError)
+# LOADING after a restart: in every case Redis cannot enforce the limits right now. The builtin
+# TimeoutError (an OSError, named for clarity) is a command past ``call_timeout_s``: a hung Redis.
+_UNAVAILABLE = (RedisError, TimeoutError, OSError)
 _SCRIPTS = ("reserve", "configure", "refund", "block", "levels")
+
+_T = TypeVar("_T")
 
 
 def _lua(name: str) -> str:
@@ -57,11 +66,12 @@ def _lua(name: str) -> str:
 
 def _client_for(url: str) -> Redis:
     """A client that gives up fast (the fallback takes over) and retries once, for a pooled
-    connection the server has dropped. Raises ``ConfigError`` for a URL it cannot use."""
+    connection the server has dropped, but never after a timeout: a Redis that did not answer
+    once will not answer a retry in time either. Its socket timeouts only back up the limiter's
+    own ``call_timeout_s``. Raises ``ConfigError`` for a URL it cannot use."""
+    retry = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
     try:
-        return Redis.from_url(
-            url, socket_connect_timeout=1.0, socket_timeout=2.0, retry=Retry(NoBackoff(), 1)
-        )
+        return Redis.from_url(url, socket_connect_timeout=1.0, socket_timeout=2.0, retry=retry)
     except ValueError as exc:
         raise ConfigError(f"cannot use that Redis URL: {exc}") from exc
 
@@ -81,8 +91,10 @@ class RedisLimiter:
     ``client_or_url`` is a ``redis.asyncio.Redis`` (the caller closes it) or a URL (this
     limiter makes the client and closes it in ``aclose``; a URL it cannot use raises
     ``ConfigError``).
-    ``fallback_workers`` returns the live worker count (None: 1). ``backend`` is ``"redis"``
-    or ``"local-fallback"``; ``degraded`` is True while falling back.
+    ``fallback_workers`` returns the live worker count (None: 1). ``call_timeout_s`` bounds
+    each Redis command (a positive number of seconds, else ``ValueError``); past it Redis counts
+    as unreachable. ``backend`` is ``"redis"`` or ``"local-fallback"``; ``degraded`` is True
+    while falling back.
     """
 
     def __init__(
@@ -93,7 +105,10 @@ class RedisLimiter:
         fallback_workers: Callable[[], int] | None = None,
         prefix: str = "omnipost",
         probe_s: float = 1.0,
+        call_timeout_s: float = 0.5,
     ) -> None:
+        if not (math.isfinite(call_timeout_s) and call_timeout_s > 0):
+            raise ValueError(f"call_timeout_s must be a positive number, not {call_timeout_s!r}.")
         if isinstance(client_or_url, str):
             self._client = _client_for(client_or_url)
             self._owns_client = True
@@ -104,6 +119,7 @@ class RedisLimiter:
         self._workers = fallback_workers or (lambda: 1)
         self._prefix = prefix
         self._probe_s = probe_s
+        self._call_timeout_s = call_timeout_s
         self._scripts = {name: self._client.register_script(_lua(name)) for name in _SCRIPTS}
         self._set_key = f"{prefix}:buckets"
         self._marker_key = f"{prefix}:seeded"
@@ -160,7 +176,7 @@ class RedisLimiter:
             return
         if await self._use_redis():
             try:
-                await self._scripts["refund"](keys=self._triples(reservation.keys), args=[n])
+                await self._script("refund", self._triples(reservation.keys), [n])
                 return
             except _UNAVAILABLE as exc:
                 self._degrade(exc)
@@ -172,7 +188,7 @@ class RedisLimiter:
             raise ValueError(f"a block must last a finite number of seconds, not {for_s!r}.")
         if await self._use_redis():
             try:
-                await self._scripts["block"](keys=self._triples([key]), args=[repr(float(for_s))])
+                await self._script("block", self._triples([key]), [repr(float(for_s))])
                 return
             except _UNAVAILABLE as exc:
                 self._degrade(exc)
@@ -197,6 +213,20 @@ class RedisLimiter:
                 log.debug("closing the Redis client: %s", exc)
 
     # -- Redis -------------------------------------------------------------------------------
+
+    async def _bounded(self, command: Awaitable[_T]) -> _T:
+        """``command``'s result, or the builtin ``TimeoutError`` after ``call_timeout_s``: a hung
+        Redis must not hold a send for the client's socket timeout. Cancelling mid-reply is
+        safe: redis-py drops that connection rather than reuse it out of step."""
+        try:
+            async with asyncio.timeout(self._call_timeout_s):
+                return await command
+        except TimeoutError:  # the builtin one; redis-py's own is a RedisError
+            raise TimeoutError(f"no answer within {self._call_timeout_s:g} s") from None
+
+    async def _script(self, name: str, keys: Sequence[str], args: Sequence[Any] = ()) -> Any:
+        """Run one of the Lua scripts, within ``call_timeout_s``."""
+        return await self._bounded(self._scripts[name](keys=keys, args=args))
 
     def _base(self, key: BucketKey) -> str:
         tenant, provider = quote(key.tenant, safe=""), quote(key.provider, safe="")
@@ -233,13 +263,13 @@ class RedisLimiter:
             args = [self._member(key), "", "", fill]
         else:
             args = [self._member(key), repr(limit.rate_per_s), repr(limit.burst), fill]
-        await self._scripts["configure"](keys=keys, args=args)
+        await self._script("configure", keys, args)
 
     async def _reserve(self, keys: tuple[BucketKey, ...], n: int) -> Reservation:
         redis_keys = [self._marker_key, *self._triples(keys)]
         granted, wait = -1, "0"
         for _ in range(2):
-            granted, wait = await self._scripts["reserve"](keys=redis_keys, args=[n])
+            granted, wait = await self._script("reserve", redis_keys, [n])
             if granted >= 0:
                 self._seen_marker = True
                 break
@@ -252,7 +282,7 @@ class RedisLimiter:
         """Write every limit this process knows (a bucket that was missing starts empty), then
         the marker. Runs on a fresh Redis, and again whenever Redis lost its data."""
         async with self._seeding:
-            if await self._client.exists(self._marker_key):
+            if await self._bounded(self._client.exists(self._marker_key)):
                 return  # another task (or process) has just done it
             if self._seen_marker:
                 log.warning(
@@ -263,14 +293,16 @@ class RedisLimiter:
                 )
             for key, limit in list(self._limits.items()):
                 await self._configure(key, limit, fill="empty")
-            await self._client.set(self._marker_key, "1")
+            await self._bounded(self._client.set(self._marker_key, "1"))
 
     async def _levels(self) -> list[BucketLevel]:
-        members: set[Any] = await cast(Awaitable[set[Any]], self._client.smembers(self._set_key))
+        members: set[Any] = await self._bounded(
+            cast(Awaitable[set[Any]], self._client.smembers(self._set_key))
+        )
         keys = sorted(self._key(_text(member)) for member in members)
         if not keys:
             return []
-        rows = await self._scripts["levels"](keys=self._triples(keys))
+        rows = await self._script("levels", self._triples(keys))
         levels = []
         for key, row in zip(keys, rows, strict=True):
             if row:
@@ -290,7 +322,7 @@ class RedisLimiter:
             return False
         self._next_probe = now + self._probe_s  # concurrent callers stay local meanwhile
         try:
-            await self._client.ping()
+            await self._bounded(self._client.ping())
             await self._seed()  # first, so a Redis that lost its data gets them back empty
             for key, limit in list(self._pending.items()):
                 await self._configure(key, limit, fill="full")
@@ -314,10 +346,10 @@ class RedisLimiter:
         if max(1, self._workers()) == 1 or not self._limits:
             return
         hold_ms = max(1, math.ceil(self._probe_s * 1000))
-        if not await self._client.set(self._rejoin_key, "1", nx=True, px=hold_ms):
+        if not await self._bounded(self._client.set(self._rejoin_key, "1", nx=True, px=hold_ms)):
             return  # another process came back moments ago and holds them
         for key in list(self._limits):
-            await self._scripts["block"](keys=self._triples([key]), args=[repr(self._probe_s)])
+            await self._script("block", self._triples([key]), [repr(self._probe_s)])
 
     def _degrade(self, exc: BaseException) -> None:
         self._next_probe = self._clock.monotonic() + self._probe_s

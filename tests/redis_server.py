@@ -72,6 +72,11 @@ class RedisServer:
         return f"redis://{HOST}:{self.port}/0"
 
     @property
+    def pid(self) -> int | None:
+        """The process id while started (to pause it with SIGSTOP, say), else None."""
+        return None if self._proc is None else self._proc.pid
+
+    @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 

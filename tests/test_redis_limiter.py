@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -19,7 +22,14 @@ from engine.clock import SystemClock
 from engine.domain import BucketKey, Limit
 from engine.errors import ConfigError
 from engine.redis_limiter import RedisLimiter
-from tests.test_limiter_contract import REDIS_URL, delete_prefix, new_prefix, redis_client_or_skip
+from tests.redis_server import RedisServer, redis_server_binary
+from tests.test_limiter_contract import (
+    IN_CI,
+    REDIS_URL,
+    delete_prefix,
+    new_prefix,
+    redis_client_or_skip,
+)
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(30)]
 
@@ -228,6 +238,65 @@ async def test_returns_to_redis_when_it_answers_again(
     assert [level.key for level in await observer.levels()] == sorted([TENANT, PROVIDER])
     assert "is unavailable" in caplog.text
     assert "answers again" in caplog.text
+
+
+async def test_a_hung_redis_falls_back_within_the_call_timeout(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A paused Redis (SIGSTOP: connections open, nothing answers) is left after
+    ``call_timeout_s``, not the socket timeout plus a retry; it is probed, bounded just the
+    same, and used again once it answers. A private server: the shared one is never paused."""
+    if redis_server_binary() is None:
+        if IN_CI:
+            pytest.fail("redis-server is not on PATH (CI is set, so this fails)")
+        pytest.skip("redis-server is not on PATH")
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    pid = server.pid
+    assert pid is not None
+    paused = False
+    limiter = RedisLimiter(server.url, clock=SystemClock(), probe_s=0.3)  # call_timeout_s 0.5
+    try:
+        await limiter.configure(TENANT, Limit(1.0, 10.0))
+        assert (await limiter.reserve([TENANT], 1)).granted == 1
+        assert limiter.backend == "redis"
+
+        os.kill(pid, signal.SIGSTOP)
+        paused = True
+        with caplog.at_level(logging.WARNING, logger="engine.redis_limiter"):
+            start = time.monotonic()
+            reservation = await limiter.reserve([TENANT], 5)
+            assert time.monotonic() - start < 1.0
+            assert limiter.backend == "local-fallback"
+            assert reservation.granted == 0  # the local share starts empty
+            assert "TimeoutError" in caplog.text
+
+            start = time.monotonic()
+            await limiter.reserve([TENANT], 1)  # no probe due: local, at once
+            assert time.monotonic() - start < 0.1
+            await asyncio.sleep(0.35)
+            start = time.monotonic()
+            await limiter.reserve([TENANT], 1)  # a probe, bounded too, that fails
+            assert time.monotonic() - start < 1.0
+            assert limiter.degraded
+
+            os.kill(pid, signal.SIGCONT)
+            paused = False
+            await asyncio.sleep(0.35)
+            await limiter.reserve([TENANT], 1)  # the next probe finds it
+            assert limiter.backend == "redis"
+            assert "answers again" in caplog.text
+    finally:
+        if paused:
+            os.kill(pid, signal.SIGCONT)
+        await limiter.aclose()
+        server.stop()
+
+
+def test_call_timeout_must_be_positive() -> None:
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="call_timeout_s"):
+            RedisLimiter(UNREACHABLE, clock=SystemClock(), call_timeout_s=bad)
 
 
 async def test_a_redis_error_falls_back_instead_of_escaping(
