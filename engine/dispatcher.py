@@ -126,6 +126,9 @@ class Dispatcher:
             if not paused.is_set():
                 await paused.wait()
                 continue
+            # Cleared before the round, not before the sleep: a wake-up that comes while the
+            # round awaits the store (a send finished, a new enqueue) must cut the sleep short.
+            self._wake.clear()
             try:
                 wait_s = await self._step()
             except OmniPostError as exc:
@@ -229,7 +232,6 @@ class Dispatcher:
     async def _sleep(self, wait_s: float) -> None:
         if self.on_wait is not None:
             self.on_wait(wait_s)
-        self._wake.clear()
         try:
             async with asyncio.timeout(wait_s):
                 await self._wake.wait()
