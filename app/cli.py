@@ -19,7 +19,7 @@ from engine import ConfigError, Conflict, NotFound, OmniPostError, Pattern
 
 __all__ = ["main"]
 
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+EXIT_FAILURE, EXIT_USAGE = 1, 2
 
 Handler = Callable[[argparse.Namespace, commands.Context], Coroutine[Any, Any, int]]
 

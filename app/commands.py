@@ -31,7 +31,6 @@ from engine import (
     Outcome,
     Pattern,
     SecretBox,
-    Store,
     mask,
     masked_url,
     parse_rate,
@@ -44,7 +43,7 @@ _UNCHANGED: Any = object()
 class Context:
     paths: Paths
     db_url: str
-    box: SecretBox = None  # type: ignore[assignment]
+    box: SecretBox
 
     @property
     def actor(self) -> str:
@@ -659,4 +658,4 @@ async def dead_discard(args: argparse.Namespace, ctx: Context) -> int:
     return await _dead_action(args, ctx, retry=False)
 
 
-__all__ = ["Context", "Store"]
+__all__ = ["Context", "open_engine"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import platformdirs
 
-from engine import ConfigError, SecretBox, masked_url
+from engine import ConfigError, SecretBox
 
 __all__ = ["Paths", "load_box", "resolve_db_url"]
 
@@ -68,7 +68,3 @@ def load_box(paths: Paths) -> SecretBox:
         return SecretBox.from_text(path.read_text().replace("\n", ","))
     except OSError as exc:
         raise ConfigError(f"cannot read the key file {path}: {exc.strerror}.") from exc
-
-
-def describe_store(url: str) -> str:
-    return masked_url(url)

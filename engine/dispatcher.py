@@ -15,15 +15,15 @@ import asyncio
 import logging
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from engine.clock import Clock
 from engine.directory import Directory
-from engine.domain import BucketKey, Message, NotificationState, Outcome, SendResult
+from engine.domain import BucketKey, Message, NotificationState, SendResult
 from engine.errors import OmniPostError
 from engine.limiter import Limiter, Reservation
-from engine.policy import RetryPolicy, decide, round_robin
+from engine.policy import Decision, RetryPolicy, decide, round_robin
 from engine.store import Completion, DueKey, Leased, Store
 from engine.telemetry import Telemetry
 
@@ -86,7 +86,6 @@ class Dispatcher:
         self._flushing = asyncio.Lock()  # the completer and ``drain`` both flush
         self._cancelled: list[Leased] = []  # sends cut short by ``drain``; it returns them
         self.delivered = 0
-        self.store_error: str | None = None  # set while the store cannot be reached
         self.on_wait: Callable[[float], None] | None = None  # tests observe sleeps
 
     # -- control ----------------------------------------------------------------------------
@@ -135,11 +134,10 @@ class Dispatcher:
                 # The store already retried; it is down for longer. Keep trying, slower, and
                 # say so: sends under way finish, their outcomes wait in memory meanwhile.
                 outage_s = min(max(0.5, outage_s * 2), 10.0)
-                self.store_error = exc.message
                 log.warning("dispatch paused %.1fs: %s", outage_s, exc.message)
                 await self._sleep(outage_s)
                 continue
-            outage_s, self.store_error = 0.0, None
+            outage_s = 0.0
             if wait_s > 0:
                 await self._sleep(wait_s)
 
@@ -259,9 +257,8 @@ class Dispatcher:
         tenant = self._dir.tenants.get(item.tenant_id)
         record = self._dir.providers.get(item.provider_id)
         provider = self._dir.instances.get(item.provider_id)
-        if tenant is None or record is None or provider is None:
-            result = SendResult.transient("provider is not available in this worker")
-        else:
+        result = SendResult.transient("provider is not available in this worker")
+        if tenant is not None and record is not None and provider is not None:
             message = Message(
                 notification_id=item.id,
                 tenant=tenant.name,
@@ -272,14 +269,22 @@ class Dispatcher:
                 attempt=item.attempt,
             )
             result = await self._send(provider.send(message))
-            if result.outcome is Outcome.THROTTLED:
-                await self._throttle(record.name, result)
-        self._finish(item, result)
+        decision = decide(
+            result,
+            failures=item.failures,
+            max_attempts=item.max_attempts,
+            policy=self.settings.retry,
+            rand=self._rng.random(),
+        )
+        if decision.throttle_s and record is not None:
+            # Every sender of this provider backs off, not only this notification.
+            await self._limiter.block(BucketKey.for_provider(record.name), decision.throttle_s)
+        self._finish(item, result, decision)
 
-    async def _send(self, call: object) -> SendResult:
+    async def _send(self, call: Awaitable[SendResult]) -> SendResult:
         try:
             async with asyncio.timeout(self.settings.send_timeout_s):
-                return await call  # type: ignore[misc,no-any-return]
+                return await call
         except TimeoutError:
             return SendResult.transient(
                 f"provider did not answer in {self.settings.send_timeout_s:g}s"
@@ -290,21 +295,7 @@ class Dispatcher:
             log.exception("provider raised instead of returning an outcome")
             return SendResult.transient(f"provider error: {type(exc).__name__}")
 
-    async def _throttle(self, provider: str, result: SendResult) -> None:
-        hold_s = decide(
-            result, failures=0, max_attempts=1, policy=self.settings.retry, rand=0.0
-        ).throttle_s
-        if hold_s:
-            await self._limiter.block(BucketKey.for_provider(provider), hold_s)
-
-    def _finish(self, item: Leased, result: SendResult) -> None:
-        decision = decide(
-            result,
-            failures=item.failures,
-            max_attempts=item.max_attempts,
-            policy=self.settings.retry,
-            rand=self._rng.random(),
-        )
+    def _finish(self, item: Leased, result: SendResult, decision: Decision) -> None:
         now = self._clock.wall()
         self._done.append(
             Completion(

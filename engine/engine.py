@@ -50,6 +50,9 @@ __all__ = ["Engine", "EngineSettings", "EngineState", "SimulationProgress"]
 log = logging.getLogger(__name__)
 
 
+_FORGET_WORKERS_S = 24 * 3600.0
+
+
 @dataclass(frozen=True, slots=True)
 class EngineSettings:
     dispatch: DispatcherSettings = field(default_factory=DispatcherSettings)
@@ -258,7 +261,10 @@ class Engine:
         self.live_workers = max(1, len(await self.workers()))
 
     async def _reap(self) -> None:
-        reaped = await self.store.queue.reap(self.clock.wall())
+        now = self.clock.wall()
+        # Rows of workers silent for a day only clutter the list; live ones are never touched.
+        await self.store.config.forget_workers(before=now - _FORGET_WORKERS_S)
+        reaped = await self.store.queue.reap(now)
         if reaped:
             log.info("returned %d expired leases to the queue", reaped)
             self.telemetry.count("reaped", reaped)
