@@ -441,12 +441,12 @@ class Engine:
     ) -> list[EnqueueResult]:
         """Queue ``(provider, recipient, payload, key, priority)`` items of one tenant together."""
         tenant_id, _ = await self._ids(tenant)
+        provider_ids = {name: (await self._ids(tenant, name))[1] for name in {i[0] for i in items}}
         rows = []
         for provider, recipient, payload, key, priority in items:
-            _, provider_id = await self._ids(tenant, provider)
             rows.append(
                 _new(
-                    provider_id,
+                    provider_ids[provider],
                     recipient=recipient,
                     payload=payload,
                     key=key,
