@@ -36,11 +36,13 @@ from engine.local_limiter import LocalLimiter
 from engine.policy import RetryPolicy
 from engine.providers import BUILTIN_KINDS, Provider, ProviderConfig, ProviderFactory
 from engine.ratelimit import TokenBucket
+from engine.retention import DEFAULT_RETENTION, PruneReport, Retention, format_age, parse_age
 from engine.simulate import Pattern, predicted_drain_s
 from engine.store import (
     NotificationView,
     ProviderRecord,
     Store,
+    StoreSize,
     TenantRecord,
     WorkerRecord,
     masked_url,
@@ -49,6 +51,7 @@ from engine.telemetry import Counters, Snapshot, TenantDepth
 
 __all__ = [
     "BUILTIN_KINDS",
+    "DEFAULT_RETENTION",
     "BucketKey",
     "BucketLevel",
     "Clock",
@@ -74,7 +77,9 @@ __all__ = [
     "ProviderConfig",
     "ProviderFactory",
     "ProviderRecord",
+    "PruneReport",
     "Reservation",
+    "Retention",
     "RetryPolicy",
     "SecretBox",
     "SendResult",
@@ -82,14 +87,17 @@ __all__ = [
     "Snapshot",
     "Store",
     "StoreError",
+    "StoreSize",
     "StoreUnavailable",
     "SystemClock",
     "TenantDepth",
     "TenantRecord",
     "TokenBucket",
     "WorkerRecord",
+    "format_age",
     "mask",
     "masked_url",
+    "parse_age",
     "parse_rate",
     "predicted_drain_s",
 ]

@@ -1,6 +1,7 @@
-"""The dispatch loop of design.md: tokens first, then leases, then deliveries.
+"""The dispatch loop of docs/architecture.md: tokens first, then leases, then deliveries.
 
-1. Know which (tenant, provider) keys have due work (a grouped query, refreshed on wake-up).
+1. Know which (tenant, provider) keys have due work (the kept counts, then a capped index
+   probe per key: bounded work however deep the queue; refreshed on wake-up).
 2. Visit them round-robin; for each reserve up to ``batch`` tokens from all its buckets.
 3. Lease at most that many; give back the tokens not used.
 4. Hand the leases to a fixed pool of delivery tasks (bounded concurrency).

@@ -8,6 +8,7 @@ never looks the loop up before it runs on one.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import random
@@ -33,6 +34,7 @@ from engine.domain import (
 from engine.errors import ConfigError, NotFound, OmniPostError
 from engine.limiter import Limiter
 from engine.providers.base import ProviderConfig, ProviderFactory
+from engine.retention import PruneReport, Retention
 from engine.simulate import Pattern, schedule
 from engine.store import (
     EnqueueResult,
@@ -40,6 +42,7 @@ from engine.store import (
     NotificationView,
     ProviderRecord,
     Store,
+    StoreSize,
     TenantRecord,
     WorkerRecord,
 )
@@ -51,6 +54,7 @@ log = logging.getLogger(__name__)
 
 
 _FORGET_WORKERS_S = 24 * 3600.0
+_PRUNE = "prune"  # the chore lease's name
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +65,11 @@ class EngineSettings:
     config_refresh_s: float = 2.0  # picks up limits changed by other processes
     max_attempts: int = 5
     worker_ttl_s: float = 15.0  # a worker silent this long is not listed as live
+    # Retention: every engine tries the prune chore this often (jittered); the store's chore
+    # lease lets one of them run it per period. A background pass stops after its budget and
+    # the next one goes on where it stopped.
+    prune_s: float = 300.0
+    prune_budget_s: float = 20.0
 
 
 class EngineState:
@@ -138,7 +147,13 @@ class Engine:
         await self.directory.refresh()
 
     async def close(self) -> None:
+        ran = self.state != EngineState.IDLE
         await self.stop()
+        if ran:  # SQLite's advice for long-lived connections: statistics before closing
+            try:
+                await self.store.maintenance.optimize()
+            except OmniPostError as exc:
+                log.debug("PRAGMA optimize skipped: %s", exc.message)
         await self.directory.aclose()
         await self.limiter.aclose()
 
@@ -159,6 +174,7 @@ class Engine:
         self._spawn("config", self._every(self.settings.config_refresh_s, self._refresh))
         self._spawn("loop-lag", self._measure_lag())
         self._spawn("listen", self.store.listen(self.dispatcher.wake))
+        self._spawn("prune", self._prune_loop())
 
     def pause(self) -> None:
         """Stop taking new work; sends under way finish."""
@@ -272,6 +288,39 @@ class Engine:
 
     async def _refresh(self) -> None:
         await self.directory.refresh()
+
+    async def _prune_loop(self) -> None:
+        """Retention in the background: every ``prune_s`` (jittered, so that engines started
+        together spread out), take the prune chore if no other engine holds it, and prune for
+        at most ``prune_budget_s``. A store hiccup is logged and tried again next period."""
+        period_s = self.settings.prune_s
+        await asyncio.sleep(period_s * random.uniform(0.1, 1.0))
+        while True:
+            try:
+                await self._prune_chore(period_s)
+            except OmniPostError as exc:
+                log.warning("pruning: %s", exc.message)
+            await asyncio.sleep(period_s * random.uniform(0.8, 1.2))
+
+    async def _prune_chore(self, period_s: float) -> None:
+        maintenance = self.store.maintenance
+        now = self.clock.wall()
+        if not await maintenance.try_chore(_PRUNE, self.worker_id, hold_s=period_s, now=now):
+            return
+        deadline = self.clock.monotonic() + self.settings.prune_budget_s
+        report = await self._prune_now(should_stop=lambda: self.clock.monotonic() > deadline)
+        if not report.total:
+            await maintenance.optimize()  # done by _prune_now when it deleted something
+        await maintenance.chore_done(_PRUNE, now=self.clock.wall())
+        if report.total:
+            log.info(
+                "pruned %d delivered, %d dead, %d delivery-log and %d audit rows%s",
+                report.delivered,
+                report.dead,
+                report.delivery_log,
+                report.audit_log,
+                "" if report.complete else " (more next time)",
+            )
 
     async def _measure_lag(self) -> None:
         interval_s = 0.1
@@ -415,6 +464,50 @@ class Engine:
         if provider_id is None:
             raise NotFound(f"no provider named {provider!r}.")
         return tenant_id, provider_id
+
+    # -- retention --------------------------------------------------------------------------
+
+    async def retention(self) -> Retention:
+        """The store's retention windows, as every process sharing the store applies them."""
+        return await self.store.maintenance.retention()
+
+    async def set_retention(self, **ages: float | None) -> Retention:
+        """Change some windows (``delivered_s``, ``dead_s``, ``log_s``, ``audit_s``; ``None``
+        keeps forever) for every process; audited. Raises ConfigError for a bad age or name."""
+        retention = (await self.retention()).changed(**ages)
+        await self.store.maintenance.set_retention(
+            retention, now=self.clock.wall(), actor=self.actor
+        )
+        return retention
+
+    async def prune(self, *, dry_run: bool = False) -> PruneReport:
+        """One whole pass now, whatever other engines do: delete (or, with ``dry_run``, count)
+        every finished row older than its window, then give the space back."""
+        report = await self._prune_now(dry_run=dry_run)
+        if not dry_run:
+            await self.store.maintenance.chore_done(_PRUNE, now=self.clock.wall())
+        return report
+
+    async def _prune_now(
+        self, *, dry_run: bool = False, should_stop: Callable[[], bool] = lambda: False
+    ) -> PruneReport:
+        maintenance = self.store.maintenance
+        report = await maintenance.prune(
+            await maintenance.retention(),
+            now=self.clock.wall(),
+            dry_run=dry_run,
+            should_stop=should_stop,
+        )
+        if report.total and not dry_run:
+            report = dataclasses.replace(report, freed_bytes=await maintenance.release_space())
+        return report
+
+    async def store_size(self) -> StoreSize:
+        return await self.store.maintenance.size()
+
+    async def last_pruned_at(self) -> float | None:
+        """When a prune pass (in the background or asked for) last finished, or None."""
+        return await self.store.maintenance.chore_last_run(_PRUNE)
 
     # -- notifications ----------------------------------------------------------------------
 

@@ -44,6 +44,7 @@ from engine import (
     Store,
     SystemClock,
 )
+from engine.store import DepthRow
 from tests.cli_support import REPO, Cli, clean_env
 
 Line = dict[str, Any]
@@ -181,6 +182,8 @@ def test_a_worker_killed_ten_times_loses_nothing(
         "delivered": KILL_COUNT,
         "dead": 0,
     }
+    kept, recount = asyncio.run(counts_and_recount(url))
+    assert kept == recount, "after ten kills the kept counts differ from a recount"
     repeats = check_sends(read_lines(out), keys)
     assert "Traceback" not in log.read_text()
     print(f"{KILLS} kills, {repeats} redeliveries")
@@ -259,6 +262,13 @@ async def depth(store: Store) -> dict[str, int]:
     return counts
 
 
+async def counts_and_recount(url: str) -> tuple[list[DepthRow], list[DepthRow]]:
+    """The kept counts and a full recount, read by a store of its own (any key will do:
+    neither decrypts anything)."""
+    async with Store(url, SecretBox([SecretBox.generate_key()])) as store:
+        return await store.queue.depth(), await store.queue.recount()
+
+
 # -- b: Postgres connections terminated ------------------------------------------------------
 
 TERMINATE_COUNT = 2_000
@@ -316,6 +326,7 @@ async def test_terminated_postgres_connections_heal(
     finally:
         await engine.close()
     assert await depth(store) == {"queued": 0, "leased": 0, "delivered": TERMINATE_COUNT, "dead": 0}
+    assert await store.queue.depth() == await store.queue.recount()
     repeats = recorders.check(keys)
     assert "connection lost" in caplog.text, "the terminations hit no connection in use"
     print(f"{len(TERMINATE_AT)} rounds of terminations, {repeats} redeliveries")
@@ -375,6 +386,7 @@ async def test_four_workers_and_a_console_share_one_sqlite_file(
             "delivered": SHARED_COUNT,
             "dead": 0,
         }
+        assert await store.queue.depth() == await store.queue.recount()
     outputs = {log.name: log.read_text() for log in logs}
     assert codes == [0] * WORKERS, outputs
     for name, text in [*outputs.items(), ("this process", caplog.text)]:
@@ -455,6 +467,7 @@ async def test_hanging_sends_time_out_while_others_flow(store: Store) -> None:
     finally:
         await engine.close()
     assert await depth(store) == {"queued": 0, "leased": 0, "delivered": QUICK, "dead": STUCK}
+    assert await store.queue.depth() == await store.queue.recount()
     quick.check(quick_keys)
     assert hanging.seen_by_quick[-1] > 0, "the quick ones waited for the stuck ones"
     assert sorted(a for _, a in hanging.calls) == [1] * STUCK + [2] * STUCK
@@ -481,6 +494,7 @@ async def test_stopping_returns_the_leases_of_hanging_sends(store: Store) -> Non
         await engine.close()
     assert hanging.live == 0
     assert await depth(store) == {"queued": STUCK, "leased": 0, "delivered": QUICK, "dead": 0}
+    assert await store.queue.depth() == await store.queue.recount()
     tenant = (await store.config.tenant("acme")).id
     for view in await store.queue.list_by_tenant(tenant, state=NotificationState.QUEUED):
         assert (view.attempt, view.failures) == (1, 0), view

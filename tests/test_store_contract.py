@@ -24,6 +24,7 @@ from engine.store import (
     Store,
     WorkerRecord,
 )
+from engine.store.queue import DUE_CAP
 
 T0 = 1_700_000_000.0
 ACTOR = "test"
@@ -789,10 +790,23 @@ async def test_due_keys_and_depth(store: Store) -> None:
     depth = sorted(await store.queue.depth(), key=lambda r: (r.tenant_id, r.state.value))
     assert depth == [
         DepthRow(acme, QUEUED, 5, T0),
-        DepthRow(beta, DEAD, 1, T0),
-        DepthRow(beta, LEASED, 1, T0 + 1),
+        DepthRow(beta, DEAD, 1, None),
+        DepthRow(beta, LEASED, 1, None),
         DepthRow(beta, QUEUED, 2, T0 + 1),
     ]
+    assert depth == await store.queue.recount()
+
+
+async def test_due_count_is_capped_and_depth_is_not(store: Store) -> None:
+    """The dispatcher's probe reads at most DUE_CAP rows of a key; the counts stay exact."""
+    acme = await tenant_id(store, "acme")
+    sms = await provider_id(store, "sms")
+    total = DUE_CAP + 7
+    await store.queue.enqueue(acme, [new(sms, f"k{i}") for i in range(total)], now=T0)
+    assert await store.queue.due_keys(T0, None) == [DueKey(acme, sms, DUE_CAP, T0)]
+    assert await store.queue.depth() == [DepthRow(acme, QUEUED, total, T0)]
+    await store.queue.claim(acme, sms, 10, owner="w", lease_s=60, now=T0)
+    assert await store.queue.depth() == await store.queue.recount()
 
 
 def _due_order(key: DueKey) -> tuple[int, int]:

@@ -281,6 +281,14 @@ class QueueMachine(RuleBasedStateMachine):
             assert got == (row.owner, row.expires_at, row.attempt, row.failures), (dict(r), row)
             assert (r["available_at"], r["priority"]) == (row.available_at, row.priority)
 
+    @invariant()
+    def counts_match_a_recount(self) -> None:
+        """The kept counts (``depth``) equal a full recount, and the model's."""
+        kept = self.run(self.store.queue.depth())
+        assert kept == self.run(self.store.queue.recount())
+        model = {s: sum(r.state is s for r in self.rows.values()) for s in NotificationState}
+        assert {row.state: row.count for row in kept} == {s: n for s, n in model.items() if n}
+
 
 TEMPLATE_KEY = SecretBox.generate_key()
 

@@ -13,6 +13,7 @@ from engine.store.records import (
     NotificationView,
     PairLimit,
     ProviderRecord,
+    StoreSize,
     TenantRecord,
     WorkerRecord,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "PairLimit",
     "ProviderRecord",
     "Store",
+    "StoreSize",
     "TenantRecord",
     "WorkerRecord",
     "masked_url",

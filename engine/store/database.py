@@ -19,13 +19,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from engine.errors import ConfigError, Conflict, NotFound, StoreError, StoreUnavailable
 
-__all__ = ["Database", "masked_url", "normalize_url"]
+__all__ = ["Database", "masked_url", "normalize_url", "picked_once"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg", "postgres": None}
 _RETRIES = 5
+_INCREMENTAL = 2  # PRAGMA auto_vacuum's value for INCREMENTAL
 
 
 def normalize_url(text: str) -> URL:
@@ -63,6 +64,20 @@ def masked_url(url: URL | str) -> str:
     return url.set(drivername=url.get_backend_name()).render_as_string(hide_password=True)
 
 
+def picked_once(pick: sa.Select[Any], *, is_sqlite: bool) -> sa.Select[Any]:
+    """What ``column IN (...)`` should test to touch exactly the rows ``pick`` selects.
+
+    On Postgres ``pick`` locks them (``FOR UPDATE SKIP LOCKED``) in a materialized CTE: as a
+    plain ``IN (subquery)`` the planner may run the subquery again for every outer row (a
+    semi-join), each run skipping the rows the statement already changed and returning the
+    next ones, so that ``LIMIT n`` no longer bounds what is claimed or deleted. On SQLite (one
+    writer, no row locks) the subquery is used as it is."""
+    if is_sqlite:
+        return pick
+    locked = pick.with_for_update(skip_locked=True).cte("picked")
+    return sa.select(locked.prefix_with("MATERIALIZED").c[0])
+
+
 class Database:
     """An async engine with transactions that retry on lock contention and dropped connections."""
 
@@ -91,6 +106,47 @@ class Database:
 
     async def dispose(self) -> None:
         await self.engine.dispose()
+
+    async def compact(self) -> bool:
+        """SQLite: switch a store made before incremental auto-vacuum to it, with the one
+        ``VACUUM`` that takes (it rewrites the file, so it runs once, at ``migrate``).
+        Returns whether it did. Postgres: nothing."""
+
+        async def run(conn: AsyncConnection) -> bool:
+            mode = (await conn.exec_driver_sql("PRAGMA auto_vacuum")).scalar()
+            if mode == _INCREMENTAL:
+                return False
+            await conn.exec_driver_sql(f"PRAGMA auto_vacuum={_INCREMENTAL}")
+            await conn.exec_driver_sql("VACUUM")
+            return True
+
+        return await self.outside_transaction(run) if self.is_sqlite else False
+
+    async def give_back_pages(self, pages: int) -> int:
+        """SQLite: return up to ``pages`` free pages to the file system (incremental
+        auto-vacuum, its own short write) and truncate the write-ahead log. Returns the bytes
+        given back. Postgres: 0 (autovacuum keeps the space for reuse)."""
+
+        async def run(conn: AsyncConnection) -> int:
+            before = await _scalar(conn, "PRAGMA freelist_count")
+            # Through the driver's executescript: sqlite3's execute steps a PRAGMA once, and
+            # incremental_vacuum frees one page per step.
+            driver = (await conn.get_raw_connection()).driver_connection
+            assert driver is not None
+            await driver.executescript(f"PRAGMA incremental_vacuum({pages})")
+            freed = before - await _scalar(conn, "PRAGMA freelist_count")
+            await conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+            return freed * await _scalar(conn, "PRAGMA page_size")
+
+        return await self.outside_transaction(run) if self.is_sqlite else 0
+
+    async def outside_transaction(self, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        """SQLite: run ``fn`` on a connection with no transaction open (for the statements
+        SQLite refuses inside one), as this process's one writer."""
+        assert self._write_lock is not None, "SQLite only"
+        raw = self.engine.execution_options(omnipost_no_transaction=True)
+        async with self._write_lock, _translated(), raw.connect() as conn:
+            return await fn(conn)
 
     async def write(self, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
         """Run ``fn`` in one write transaction (``BEGIN IMMEDIATE`` on SQLite)."""
@@ -159,6 +215,10 @@ async def _translated() -> AsyncIterator[None]:
         raise StoreError(f"the store failed: {_first_line(err)}.") from err
 
 
+async def _scalar(conn: AsyncConnection, sql: str) -> int:
+    return int((await conn.exec_driver_sql(sql)).scalar() or 0)
+
+
 def _first_line(err: object) -> str:
     """The driver's message, shortened, without a final period (callers end the sentence)."""
     text = str(err).strip().splitlines()
@@ -171,7 +231,15 @@ def _install_sqlite_hooks(engine: AsyncEngine) -> None:
         # Let the begin hook below issue BEGIN itself, so writers take the lock up front.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
+        # Before anything creates a table: a new store gives pages freed by retention back to
+        # the file system (``Database.compact`` converts a store made before this).
+        cursor.execute("PRAGMA auto_vacuum=INCREMENTAL")
         cursor.execute("PRAGMA journal_mode=WAL")
+        # Checkpoints truncate the write-ahead log back to this size, so it does not keep the
+        # size of the largest burst forever.
+        cursor.execute("PRAGMA journal_size_limit=67108864")
+        # Bounds the work of the ANALYZE that ``PRAGMA optimize`` may run (SQLite's advice).
+        cursor.execute("PRAGMA analysis_limit=400")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA busy_timeout=30000")
         cursor.execute("PRAGMA foreign_keys=ON")
@@ -179,5 +247,7 @@ def _install_sqlite_hooks(engine: AsyncEngine) -> None:
 
     @event.listens_for(engine.sync_engine, "begin")
     def _begin(conn: sa.Connection) -> None:
-        read = conn.get_execution_options().get("omnipost_read", False)
-        conn.exec_driver_sql("BEGIN" if read else "BEGIN IMMEDIATE")
+        options = conn.get_execution_options()
+        if options.get("omnipost_no_transaction", False):
+            return  # VACUUM, which SQLite refuses inside a transaction
+        conn.exec_driver_sql("BEGIN" if options.get("omnipost_read", False) else "BEGIN IMMEDIATE")

@@ -19,6 +19,7 @@ __all__ = [
     "NotificationView",
     "PairLimit",
     "ProviderRecord",
+    "StoreSize",
     "TenantRecord",
     "WorkerRecord",
 ]
@@ -128,6 +129,9 @@ class Completion:
 
 @dataclass(frozen=True, slots=True)
 class DueKey:
+    """A key with queued work: ``due`` rows due now, counted up to a cap (at least a batch
+    tells the dispatcher enough), and the ``available_at`` of its earliest queued row."""
+
     tenant_id: int
     provider_id: int
     due: int
@@ -136,6 +140,9 @@ class DueKey:
 
 @dataclass(frozen=True, slots=True)
 class DepthRow:
+    """How many of a tenant's notifications are in ``state``; for queued ones, also when the
+    oldest was enqueued (None for the other states)."""
+
     tenant_id: int
     state: NotificationState
     count: int
@@ -176,3 +183,14 @@ class DeliveryEntry:
     worker: str
     ts: float
     latency_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSize:
+    """The store on disk: ``used_bytes`` (SQLite: the file and its write-ahead log; Postgres:
+    OmniPost's tables with their indexes), ``free_bytes`` of it reusable (SQLite's free pages;
+    None on Postgres), and ``notifications`` kept, in every state."""
+
+    used_bytes: int
+    free_bytes: int | None
+    notifications: int

@@ -7,11 +7,14 @@ import sqlalchemy as sa
 
 __all__ = [
     "audit_log",
+    "chore_leases",
     "delivery_log",
     "metadata",
     "notifications",
     "providers",
+    "queue_counts",
     "rate_limits",
+    "settings",
     "tenants",
     "workers",
 ]
@@ -88,6 +91,8 @@ notifications = sa.Table(
     sa.UniqueConstraint("tenant_id", "idempotency_key"),
     sa.Index(None, "lease_owner"),
     sa.Index(None, "state", "lease_expires_at"),
+    # SQLite would otherwise reuse the highest id once retention deleted it (migration 0003).
+    sqlite_autoincrement=True,
 )
 
 delivery_log = sa.Table(
@@ -103,8 +108,8 @@ delivery_log = sa.Table(
     sa.Column("worker", sa.String(100), nullable=False),
     sa.Column("ts", sa.Double, nullable=False),
     sa.Column("latency_s", sa.Double, nullable=True),
-    sa.Index(None, "tenant_id", "ts"),
     sa.Index(None, "notification_id"),
+    sqlite_autoincrement=True,
 )
 
 workers = sa.Table(
@@ -130,6 +135,7 @@ audit_log = sa.Table(
     sa.Column("tenant_id", sa.Integer, nullable=True),
     sa.Column("detail", sa.Text, nullable=False, server_default="{}"),
     sa.Index(None, "ts"),
+    sqlite_autoincrement=True,
 )
 
 # The claim's index: one key's queued rows, highest priority first, then oldest (migration 0002).
@@ -140,4 +146,75 @@ sa.Index(
     notifications.c.provider_id,
     notifications.c.priority.desc(),
     notifications.c.id,
+)
+
+_QUEUED_ONLY = notifications.c.state == "queued"
+
+# Migration 0003: what keeps the hot paths bounded on a store with months of history.
+# The dispatcher's due keys: how many of one key's queued rows are due (a capped range scan)
+# and when its next one falls due (the first entry).
+sa.Index(
+    "ix_notifications_queued_due",
+    notifications.c.tenant_id,
+    notifications.c.provider_id,
+    notifications.c.available_at,
+    sqlite_where=_QUEUED_ONLY,
+    postgresql_where=_QUEUED_ONLY,
+)
+# A tenant's rows of one state in id order: the queue and dead-letter listings, and the age of
+# its oldest queued notification (ids grow with enqueue time: the first entry is the oldest).
+sa.Index(
+    "ix_notifications_tenant_state",
+    notifications.c.tenant_id,
+    notifications.c.state,
+    notifications.c.id,
+)
+# Retention: finished rows of one state, oldest first.
+_FINISHED = notifications.c.finished_at.is_not(None)
+sa.Index(
+    "ix_notifications_finished",
+    notifications.c.state,
+    notifications.c.finished_at,
+    sqlite_where=_FINISHED,
+    postgresql_where=_FINISHED,
+)
+# Retention of the delivery log, and the recent outcomes `omnipost stats` counts.
+sa.Index("ix_delivery_log_ts", delivery_log.c.ts)
+# A tenant's newest deliveries (the console's log), newest id first (was (tenant_id, ts), which
+# made SQLite sort every row of the tenant by id).
+sa.Index("ix_delivery_log_tenant_id_id", delivery_log.c.tenant_id, delivery_log.c.id)
+
+# Rows per (tenant, provider, state), kept by triggers on ``notifications`` in the same
+# transaction as every change (migration 0003 has them), so that depth, totals and the keys
+# with work are read from a table whose size does not grow with the queue or its history.
+# A key's count is the sum over its shards: each Postgres connection adds its changes to its
+# own shard (pid modulo 16) so that concurrent workers do not queue on one counter row; a
+# shard alone may go negative. SQLite has one writer and one shard.
+queue_counts = sa.Table(
+    "queue_counts",
+    metadata,
+    sa.Column("tenant_id", sa.Integer, primary_key=True),
+    sa.Column("provider_id", sa.Integer, primary_key=True),
+    sa.Column("state", sa.String(16), primary_key=True),
+    sa.Column("shard", sa.Integer, primary_key=True),
+    sa.Column("n", sa.BigInteger, nullable=False),
+)
+
+# Store-wide settings every process reads (retention), as JSON values by name.
+settings = sa.Table(
+    "settings",
+    metadata,
+    sa.Column("name", sa.String(63), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+    sa.Column("updated_at", sa.Double, nullable=False),
+)
+
+# Named leases on store-wide chores (the pruner), so that of many engines one does each.
+chore_leases = sa.Table(
+    "chore_leases",
+    metadata,
+    sa.Column("name", sa.String(63), primary_key=True),
+    sa.Column("owner", sa.String(100), nullable=False),
+    sa.Column("expires_at", sa.Double, nullable=False),
+    sa.Column("last_run_at", sa.Double, nullable=True),
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
@@ -18,12 +19,14 @@ from engine.crypto import SecretBox
 from engine.errors import StoreError
 from engine.store.config import ConfigRepo
 from engine.store.database import Database, masked_url, normalize_url
+from engine.store.maintenance import MaintenanceRepo
 from engine.store.notify import listen
 from engine.store.queue import QueueRepo
 from engine.store.stats import StatsRepo
 
 __all__ = ["Store"]
 
+log = logging.getLogger(__name__)
 _MIGRATIONS = Path(__file__).with_name("migrations")
 
 
@@ -41,6 +44,7 @@ class Store:
         self.config = ConfigRepo(self._db, box)
         self.queue = QueueRepo(self._db, box)
         self.stats = StatsRepo(self._db)
+        self.maintenance = MaintenanceRepo(self._db)
 
     @property
     def dialect(self) -> str:
@@ -76,7 +80,10 @@ class Store:
             await conn.run_sync(_upgrade)
             return await conn.run_sync(_current)
 
-        return await self._db.write(tx)
+        revision = await self._db.write(tx)
+        if await self._db.compact():
+            log.info("the store now gives freed pages back to the file system")
+        return revision
 
     async def revision(self) -> str | None:
         """The schema revision in the store, or None when it was never migrated."""
