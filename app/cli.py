@@ -15,7 +15,8 @@ from typing import Any, NoReturn
 
 from app import commands
 from app.config import Paths, load_box, resolve_db_url
-from engine import ConfigError, Conflict, NotFound, OmniPostError, Pattern
+from app.output import RETENTION_WINDOWS
+from engine import ConfigError, Conflict, NotFound, OmniPostError, Pattern, parse_age
 
 __all__ = ["main"]
 
@@ -96,6 +97,14 @@ def _seconds_or_zero(text: str) -> float:
     return _seconds(text, zero_ok=True)
 
 
+def _age(text: str) -> float | None:
+    """An AGE such as ``12h`` or ``7d`` in seconds; ``0`` keeps forever (None)."""
+    try:
+        return parse_age(text)
+    except ConfigError as exc:  # the parser adds "(see --help)." after the sentence
+        raise argparse.ArgumentTypeError(exc.message.rstrip(".")) from None
+
+
 def _redis_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--redis",
@@ -150,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _run_parsers(sub, common)
     _dead_parsers(sub, common)
+    _retention_parsers(sub, common)
     _console_parsers(sub, common)
     return parser
 
@@ -306,6 +316,35 @@ def _dead_parsers(sub: Any, common: _Parser) -> None:
         p.add_argument("--tenant")
         p.add_argument("--all", action="store_true", help="every dead one (of --tenant)")
         p.set_defaults(handler=handler)
+
+
+def _retention_parsers(sub: Any, common: _Parser) -> None:
+    retention = sub.add_parser(
+        "retention", help="how long finished notifications and logs are kept"
+    ).add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    retention.required = True
+    p = retention.add_parser(
+        "show", parents=[common], help="the retention windows and the store's size"
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=commands.retention_show)
+    p = retention.add_parser(
+        "set", parents=[common], help="change retention windows, for every process"
+    )
+    for name, field, keeps in RETENTION_WINDOWS:
+        p.add_argument(
+            f"--{name}",
+            dest=field,
+            type=_age,
+            default=argparse.SUPPRESS,  # absent: unchanged (None means forever)
+            metavar="AGE",
+            help=f"how long to keep {keeps} (12h, 7d, 2w; 0 keeps forever)",
+        )
+    p.set_defaults(handler=commands.retention_set)
+    p = sub.add_parser("prune", parents=[common], help="delete what retention keeps no longer")
+    p.add_argument("--dry-run", action="store_true", help="count what would go; delete nothing")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=commands.prune)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

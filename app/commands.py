@@ -15,12 +15,22 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from app.config import Paths
 from app.demo import seed_demo
-from app.output import fmt_limit, limit_json, print_json, print_table
+from app.output import (
+    RETENTION_WINDOWS,
+    fmt_bytes,
+    fmt_limit,
+    fmt_retention,
+    limit_json,
+    print_json,
+    print_table,
+    retention_json,
+)
 from app.progress import report_progress, summary_line
 from app.wiring import build_engine, build_store
 from engine import (
@@ -30,7 +40,10 @@ from engine import (
     NotFound,
     Outcome,
     Pattern,
+    PruneReport,
     SecretBox,
+    StoreSize,
+    format_age,
     mask,
     masked_url,
     parse_rate,
@@ -498,6 +511,7 @@ async def stats(args: argparse.Namespace, ctx: Context) -> int:
         tenants = await engine.tenants()
         providers = await engine.providers()
         workers = await engine.workers()
+        retention = await engine.retention()
     if args.json:
         print_json(
             {
@@ -525,6 +539,7 @@ async def stats(args: argparse.Namespace, ctx: Context) -> int:
                     **{f"tenant:{t.name}": limit_json(t.limit) for t in tenants},
                     **{f"provider:{p.name}": limit_json(p.limit) for p in providers},
                 },
+                "retention": retention_json(retention),
             }
         )
         return 0
@@ -548,6 +563,7 @@ async def stats(args: argparse.Namespace, ctx: Context) -> int:
         + ", ".join(f"{o.value} {n}" for o, n in recent.items())
         + f" ({recent[Outcome.DELIVERED] / 60:.1f} delivered/s)"
     )
+    print(f"retention: {fmt_retention(retention)}")
     print(f"live workers: {len(workers)}")
     for w in workers:
         print(f"  {w.id} state {w.state} concurrency {w.concurrency} delivered {w.delivered}")
@@ -656,6 +672,96 @@ async def dead_retry(args: argparse.Namespace, ctx: Context) -> int:
 
 async def dead_discard(args: argparse.Namespace, ctx: Context) -> int:
     return await _dead_action(args, ctx, retry=False)
+
+
+# -- retention -----------------------------------------------------------------------------
+
+
+async def retention_show(args: argparse.Namespace, ctx: Context) -> int:
+    async with open_engine(ctx) as engine:
+        retention = await engine.retention()
+        size = await engine.store_size()
+        pruned_at = await engine.last_pruned_at()
+    if args.json:
+        print_json(
+            {
+                "store": masked_url(ctx.db_url),
+                "retention": retention_json(retention),
+                "size": {
+                    "used_bytes": size.used_bytes,
+                    "free_bytes": size.free_bytes,
+                    "notifications": size.notifications,
+                },
+                "last_pruned_at": pruned_at,
+            }
+        )
+        return 0
+    print(f"store {masked_url(ctx.db_url)}")
+    print_table(
+        ["WINDOW", "KEPT FOR", "WHAT"],
+        [
+            (name, format_age(getattr(retention, field)), keeps)
+            for name, field, keeps in RETENTION_WINDOWS
+        ],
+    )
+    print(f"size: {_fmt_size(size)}")
+    print(f"last prune: {_fmt_time(pruned_at)}")
+    return 0
+
+
+def _fmt_size(size: StoreSize) -> str:
+    free = "" if size.free_bytes is None else f" ({fmt_bytes(size.free_bytes)} free)"
+    kept = f"{size.notifications} notification{'s' if size.notifications != 1 else ''} kept"
+    return f"{fmt_bytes(size.used_bytes)}{free}, {kept}"
+
+
+def _fmt_time(unix_s: float | None) -> str:
+    if unix_s is None:
+        return "never"
+    return datetime.fromtimestamp(unix_s).astimezone().isoformat(sep=" ", timespec="seconds")
+
+
+async def retention_set(args: argparse.Namespace, ctx: Context) -> int:
+    ages = {field: getattr(args, field) for _, field, _ in RETENTION_WINDOWS if field in args}
+    if not ages:
+        raise ConfigError("nothing to change; give --delivered, --dead, --log or --audit.")
+    async with open_engine(ctx) as engine:
+        retention = await engine.set_retention(**ages)
+    print(f"retention: {fmt_retention(retention)}")
+    return 0
+
+
+async def prune(args: argparse.Namespace, ctx: Context) -> int:
+    async with open_engine(ctx) as engine:
+        retention = await engine.retention()
+        report = await engine.prune(dry_run=args.dry_run)
+    if args.json:
+        print_json(_prune_json(report))
+        return 0
+    print(f"retention: {fmt_retention(retention)}")
+    print_table(
+        ["ROWS", "WOULD DELETE" if report.dry_run else "DELETED"],
+        [
+            ("delivered notifications", report.delivered),
+            ("dead notifications", report.dead),
+            ("delivery-log rows", report.delivery_log),
+            ("audit-log rows", report.audit_log),
+        ],
+    )
+    if report.freed_bytes:  # SQLite's free pages; Postgres keeps the space for reuse
+        print(f"given back to the file system: {fmt_bytes(report.freed_bytes)}")
+    return 0
+
+
+def _prune_json(report: PruneReport) -> dict[str, int | bool]:
+    return {
+        "delivered": report.delivered,
+        "dead": report.dead,
+        "delivery_log": report.delivery_log,
+        "audit_log": report.audit_log,
+        "freed_bytes": report.freed_bytes,
+        "dry_run": report.dry_run,
+    }
 
 
 __all__ = ["Context", "open_engine"]

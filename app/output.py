@@ -8,9 +8,26 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from engine import Limit
+from engine import Limit, Retention, format_age
 
-__all__ = ["fmt_limit", "print_json", "print_table"]
+__all__ = [
+    "RETENTION_WINDOWS",
+    "fmt_bytes",
+    "fmt_limit",
+    "fmt_retention",
+    "print_json",
+    "print_table",
+    "retention_json",
+]
+
+# Each retention window: its name on the command line, its field in Retention, what it keeps.
+RETENTION_WINDOWS = (
+    ("delivered", "delivered_s", "delivered notifications, counted from delivery"),
+    ("dead", "dead_s", "dead letters, counted from when they died"),
+    ("log", "log_s", "delivery-log rows"),
+    ("audit", "audit_s", "audit-log rows"),
+)
+_BYTE_UNITS = ("KiB", "MiB", "GiB", "TiB")
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
@@ -41,3 +58,28 @@ def fmt_limit(limit: Limit | None) -> str:
 
 def limit_json(limit: Limit | None) -> dict[str, float] | None:
     return None if limit is None else {"rate_per_s": limit.rate_per_s, "burst": limit.burst}
+
+
+def fmt_retention(retention: Retention) -> str:
+    """``delivered 7d, dead 30d, log 7d, audit 90d``."""
+    return ", ".join(
+        f"{name} {format_age(getattr(retention, field))}" for name, field, _ in RETENTION_WINDOWS
+    )
+
+
+def retention_json(retention: Retention) -> dict[str, dict[str, float | str | None]]:
+    """Each window by name: ``seconds`` (None keeps forever) and its ``text`` form."""
+    return {
+        name: {"seconds": getattr(retention, field), "text": format_age(getattr(retention, field))}
+        for name, field, _ in RETENTION_WINDOWS
+    }
+
+
+def fmt_bytes(count: int) -> str:
+    """``512 B``, ``1.5 KiB``, ``12.0 MiB``: binary units, one decimal."""
+    value, unit = float(count), "B"
+    for bigger in _BYTE_UNITS:
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{count} B" if unit == "B" else f"{value:.1f} {unit}"

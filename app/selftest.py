@@ -5,7 +5,7 @@ provider with a limit of its own, builds the console's bridge and main window, s
 dispatching and a spike burst through the window's own commands, and waits for the queue to
 drain. Then it reads the provider's file: every notification must be there, and no tenant and
 not the provider may exceed its envelope (``burst + rate * W + 1`` in any window of ``W``
-seconds, design.md). Prints one line and exits 0 when all of that holds, 1 otherwise.
+seconds, docs/architecture.md). Prints one line and exits 0 when all of that holds, 1 otherwise.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from engine import (
     Store,
     SystemClock,
 )
+from tests.cli_support import Cli
 
 PG_ADMIN_URL = os.environ.get("OMNIPOST_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 IN_CI = bool(os.environ.get("CI"))
@@ -116,3 +117,20 @@ async def make_engine(store: Store) -> AsyncIterator[EngineFactory]:
     yield build
     for engine in engines:
         await engine.close()
+
+
+@pytest.fixture
+def cli(
+    store_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> Cli:
+    """``omnipost ... --db STORE`` with its data directory in ``tmp_path``, on a migrated store
+    (a test module may define its own ``cli``)."""
+    monkeypatch.setenv("OMNIPOST_HOME", str(tmp_path))
+    monkeypatch.delenv("OMNIPOST_DB", raising=False)
+    monkeypatch.delenv("OMNIPOST_KEYS", raising=False)
+    run = Cli(capsys, store_url)
+    run.ok("migrate")
+    return run

@@ -17,22 +17,6 @@ from tests.cli_support import Cli
 SECRETS = ("s3cret-signing-key", "Bearer t0ken-for-the-hook", "n3w-signing-key")
 
 
-@pytest.fixture
-def cli(
-    store_url: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> Cli:
-    """``omnipost ... --db STORE`` with its data directory in ``tmp_path``, on a migrated store."""
-    monkeypatch.setenv("OMNIPOST_HOME", str(tmp_path))
-    monkeypatch.delenv("OMNIPOST_DB", raising=False)
-    monkeypatch.delenv("OMNIPOST_KEYS", raising=False)
-    run = Cli(capsys, store_url)
-    run.ok("migrate")
-    return run
-
-
 def enqueued_id(out: str, key: str, *, duplicate: bool = False) -> int:
     word = "already queued as" if duplicate else "queued as"
     match = re.fullmatch(rf"{word} (\d+) \(key {re.escape(key)}\)\n", out)
