@@ -1,10 +1,12 @@
 """Render each main view of the console into ``docs/screenshots/`` for the README.
 
     QT_QPA_PLATFORM=offscreen .venv/bin/python scripts/screenshots.py [--seconds 14] [--out DIR]
+        [--only NAME ...]
 
 Runs the demo on a temporary store: the console's own engine dispatches two bursts (a ramp
 through ``sms-sim`` and a spike through the flakier ``email-sim``) while the script waits,
-then captures every tab, and the dashboard once more in the dark palette.
+then captures every tab (the store after one "prune now"), and the dashboard once more in the
+dark palette. ``--only store`` writes just ``store.png``, and so on.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import asyncio
 import os
 import sys
 import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -38,7 +41,34 @@ async def settle(seconds: float = 0.4) -> None:
     await asyncio.sleep(seconds)
 
 
-async def shoot(app: QApplication, out: Path, seconds: float) -> list[Path]:
+async def tour(window: MainWindow, save: Callable[[str], Awaitable[None]]) -> None:
+    """Show each view as the README pictures it and ``save`` it under its name."""
+    await save("dashboard")
+    window.tabs.setCurrentWidget(window.tenants_view)
+    window.tenants_view.table.selectRow(0)
+    await save("tenants")
+    window.tabs.setCurrentWidget(window.providers_view)
+    window.providers_view.table.selectRow(0)
+    await save("providers")
+    window.tabs.setCurrentWidget(window.simulator)
+    await save("simulator")
+    window.tabs.setCurrentWidget(window.queue_view)
+    await asyncio.sleep(0.5)
+    await save("queue")
+    window.tabs.setCurrentWidget(window.workers_view)
+    await save("workers")
+    window.tabs.setCurrentWidget(window.store_view)
+    await window.bridge.prune()
+    await save("store")
+    window.tabs.setCurrentWidget(window.dashboard)
+    window.follow_system_theme(dark=True)
+    await save("dashboard-dark")
+    window.follow_system_theme(dark=False)
+
+
+async def shoot(
+    app: QApplication, out: Path, seconds: float, only: frozenset[str] = frozenset()
+) -> list[Path]:
     saved: list[Path] = []
     with tempfile.TemporaryDirectory(prefix="omnipost-shots-") as tmp:
         folder = Path(tmp)
@@ -63,30 +93,15 @@ async def shoot(app: QApplication, out: Path, seconds: float) -> list[Path]:
             await asyncio.sleep(seconds)
 
             async def save(name: str) -> None:
+                if only and name not in only:
+                    return
                 await settle()
                 path = out / f"{name}.png"
                 if not window.grab().save(str(path)):
                     raise SystemExit(f"cannot write {path}")
                 saved.append(path)
 
-            await save("dashboard")
-            window.tabs.setCurrentWidget(window.tenants_view)
-            window.tenants_view.table.selectRow(0)
-            await save("tenants")
-            window.tabs.setCurrentWidget(window.providers_view)
-            window.providers_view.table.selectRow(0)
-            await save("providers")
-            window.tabs.setCurrentWidget(window.simulator)
-            await save("simulator")
-            window.tabs.setCurrentWidget(window.queue_view)
-            await asyncio.sleep(0.5)
-            await save("queue")
-            window.tabs.setCurrentWidget(window.workers_view)
-            await save("workers")
-            window.tabs.setCurrentWidget(window.dashboard)
-            window.follow_system_theme(dark=True)
-            await save("dashboard-dark")
-            window.follow_system_theme(dark=False)
+            await tour(window, save)
             await bridge.aclose()
             window.close()
     return saved
@@ -96,6 +111,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=14.0, help="how long the demo runs")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
+    parser.add_argument("--only", nargs="+", default=[], help="names of the images to write")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     hush_offscreen_noise()
@@ -103,7 +119,7 @@ def main() -> int:
     paths: list[Path] = []
 
     async def run() -> int:
-        paths.extend(await shoot(app, args.out, args.seconds))
+        paths.extend(await shoot(app, args.out, args.seconds, frozenset(args.only)))
         return 0
 
     run_on_qt_loop(app, run())

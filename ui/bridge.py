@@ -15,7 +15,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 import qasync
@@ -34,11 +34,20 @@ from engine import (
     Snapshot,
     TenantRecord,
     WorkerRecord,
+    format_age,
     mask,
 )
 from ui.history import History
 from ui.logfeed import LogFeed
-from ui.state import QueueRow, RateMeter, Rates, SimulationStatus, Status, predict_drain
+from ui.state import (
+    QueueRow,
+    RateMeter,
+    Rates,
+    SimulationStatus,
+    Status,
+    StoreStatus,
+    predict_drain,
+)
 
 __all__ = ["Bridge", "EngineFactory"]
 
@@ -53,6 +62,7 @@ _CONFIG_EVERY_S = 2.0  # tenants, providers, limits: also changed by other proce
 _WORKERS_EVERY_S = 2.0
 _LOG_EVERY_S = 1.0
 _QUEUE_EVERY_S = 2.0
+_STORE_EVERY_S = 15.0  # retention, size, last prune: they change slowly; keep off the tick
 
 
 def command(
@@ -86,6 +96,9 @@ class Bridge(QObject):
     queue_changed = Signal(object)  # list[QueueRow]
     log_added = Signal(object)  # list[LogEntry], oldest first
     simulation_changed = Signal(object)  # SimulationStatus
+    retention_changed = Signal(object)  # Retention
+    store_changed = Signal(object)  # StoreStatus
+    pruned = Signal(object)  # PruneReport of this console's "prune now"
     test_sent = Signal(str)
     notice = Signal(str)
     error = Signal(str)
@@ -276,6 +289,8 @@ class Bridge(QObject):
             self.log_added.emit(entries)
         if self._queue_query is not None and self._every("queue", _QUEUE_EVERY_S):
             await self._load_queue(*self._queue_query)
+        if self._every("store", _STORE_EVERY_S):
+            await self.reload_store()
         self._check_simulation(snap)
 
     async def reload_config(self) -> None:
@@ -425,6 +440,7 @@ class Bridge(QObject):
     @command
     async def refresh(self) -> None:
         await self._reloaded("tenants", "providers", "limits", "workers")
+        await self._store_reloaded()
         await self.sample()
 
     async def _reloaded(self, *names: str) -> None:
@@ -474,6 +490,53 @@ class Bridge(QObject):
     async def _requery(self) -> None:
         if self._queue_query is not None:
             await self._load_queue(*self._queue_query)
+
+    # -- store and retention ---------------------------------------------------------------
+
+    async def reload_store(self) -> None:
+        """Read the retention windows, the store's size and the last prune now; emit the
+        ones that changed."""
+        engine = self._engine
+        retention = await engine.retention()
+        size = await engine.store_size()
+        status = StoreStatus(engine.store.url_masked, size, await engine.last_pruned_at())
+        if self._changed("retention", retention):
+            self.retention_changed.emit(retention)
+        if self._changed("store", status):
+            self.store_changed.emit(status)
+
+    async def _store_reloaded(self) -> None:
+        self._forget("retention", "store")
+        self._due["store"] = time.monotonic() + _STORE_EVERY_S
+        await self.reload_store()
+
+    @command
+    async def load_store(self) -> None:
+        """Read and send the store's retention and size now, changed or not (the store view
+        was opened)."""
+        await self._store_reloaded()
+
+    @command
+    async def set_retention(self, ages: Mapping[str, float | None]) -> None:
+        """Change the windows named in ``ages`` (``delivered_s``, ``dead_s``, ``log_s``,
+        ``audit_s``; None keeps forever) for every process on the store; the engine audits it."""
+        try:
+            retention = await self._engine.set_retention(**ages)
+        finally:
+            await self._store_reloaded()
+        changes = ", ".join(
+            f"{name.removesuffix('_s')} {format_age(getattr(retention, name))}" for name in ages
+        )
+        self.notice.emit(f"retention set: {changes}")
+
+    @command
+    async def prune(self) -> None:
+        """Delete every finished row older than its window now and give the space back; the
+        report arrives on ``pruned``."""
+        report = await self._engine.prune()
+        self.pruned.emit(report)
+        self.notice.emit(f"pruned {report.total} row{'s' if report.total != 1 else ''}")
+        await self._store_reloaded()
 
     # -- burst simulation ------------------------------------------------------------------
 

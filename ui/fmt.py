@@ -1,4 +1,4 @@
-"""How the console writes numbers for people: rates, durations, ages, counts, limits."""
+"""How the console writes numbers for people: rates, durations, ages, counts, limits, sizes."""
 
 from __future__ import annotations
 
@@ -10,12 +10,14 @@ from engine import BucketKey, Limit
 __all__ = [
     "fmt_age",
     "fmt_bucket",
+    "fmt_bytes",
     "fmt_clock",
     "fmt_count",
     "fmt_duration",
     "fmt_latency",
     "fmt_limit",
     "fmt_rate",
+    "fmt_when",
 ]
 
 
@@ -68,6 +70,25 @@ def fmt_age(ts: float | None, now: float | None = None) -> str:
 def fmt_clock(ts: float) -> str:
     """Local time of day with milliseconds: ``14:03:07.125``."""
     return time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int(ts % 1 * 1000):03d}"
+
+
+def fmt_when(ts: float | None) -> str:
+    """Local date and time to the second: ``2025-03-04 14:03:07``; ``never`` for None."""
+    if ts is None:
+        return "never"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def fmt_bytes(n: int) -> str:
+    """``512 B``, ``12.3 KiB``, ``4.5 MiB``, ``1.2 GiB``, ``3.0 TiB`` (powers of 1024)."""
+    if abs(n) < 1024:
+        return f"{n} B"
+    size = n / 1024
+    for unit in ("KiB", "MiB", "GiB"):
+        if abs(size) < 1024:
+            return f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
 
 
 def fmt_count(n: float) -> str:

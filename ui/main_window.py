@@ -29,6 +29,7 @@ from ui.views.providers import ProvidersView
 from ui.views.queue import QueueView
 from ui.views.settings import SettingsDialog
 from ui.views.simulator import SimulatorView
+from ui.views.store import StoreView
 from ui.views.tenants import TenantsView
 from ui.views.workers import WorkersView
 from ui.widgets import MessageBar
@@ -71,6 +72,7 @@ class MainWindow(QMainWindow):
         self.simulator = SimulatorView(bridge)
         self.queue_view = QueueView(bridge)
         self.workers_view = WorkersView(bridge)
+        self.store_view = StoreView(bridge)
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
         for view, title in self.views():
@@ -102,6 +104,7 @@ class MainWindow(QMainWindow):
             (self.simulator, "Burst simulator"),
             (self.queue_view, "Queue && dead letters"),
             (self.workers_view, "Workers"),
+            (self.store_view, "Store && retention"),
         ]
 
     # -- actions and shortcuts -------------------------------------------------------------

@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from engine import ConfigError, Counters, Limit, NotificationView, predicted_drain_s
+from engine import ConfigError, Counters, Limit, NotificationView, StoreSize, predicted_drain_s
 
 __all__ = [
     "DrainForecast",
@@ -20,6 +20,7 @@ __all__ = [
     "Rates",
     "SimulationStatus",
     "Status",
+    "StoreStatus",
     "limit_for_window",
     "predict_drain",
 ]
@@ -50,6 +51,16 @@ class Status:
     workers: int
     totals: Counters
     failure: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStatus:
+    """What the store view shows beside the retention windows; re-sent only on change."""
+
+    url: str  # masked
+    size: StoreSize
+    # unix s: the last background pass of any engine, or this console's last "prune now"
+    last_pruned_at: float | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ from ui.views.providers import ProvidersView
 from ui.views.queue import QueueView
 from ui.views.settings import SettingsDialog
 from ui.views.simulator import SimulatorView
+from ui.views.store import StoreView
 from ui.views.tenants import TenantsView
 from ui.views.workers import WorkersView
 
@@ -16,6 +17,7 @@ __all__ = [
     "QueueView",
     "SettingsDialog",
     "SimulatorView",
+    "StoreView",
     "TenantsView",
     "WorkersView",
 ]
