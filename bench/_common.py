@@ -181,9 +181,11 @@ class Bench:
 
 
 @asynccontextmanager
-async def open_store(url: str) -> AsyncIterator[tuple[Store, SecretBox]]:
-    """A migrated store with a fresh key."""
-    box = SecretBox([SecretBox.generate_key()])
+async def open_store(
+    url: str, box: SecretBox | None = None
+) -> AsyncIterator[tuple[Store, SecretBox]]:
+    """A migrated store with a fresh key (or ``box``, to share keys with other processes)."""
+    box = box or SecretBox([SecretBox.generate_key()])
     async with Store(url, box) as store:
         await store.migrate()
         yield store, box

@@ -176,11 +176,12 @@ def drain_section(d: Data, images: dict[str, list[str]]) -> str:
             "`omnipost` is the engine (enqueued through `Engine.enqueue_many`, timed from",
             "`start()` to the N-th delivery written). `procrastinate` is a no-op async task,",
             "jobs from `batch_defer_async`, timed `run_worker_async(wait=False)`, same pool size",
-            "(10 to 20 connections). `ceiling` is OmniPost's own claim",
+            "(10 to 20 connections). `ceiling` is the claim",
             "(`UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED LIMIT n) RETURNING`)",
-            "and acknowledge (grouped `UPDATE` to delivered plus the delivery-log rows) as",
-            "SQLAlchemy renders them, sent with bare asyncpg (a claimer and an acknowledger, at",
-            "most `concurrency` rows leased) or, on SQLite, with the stdlib `sqlite3` module.",
+            "and acknowledge (grouped `UPDATE` to delivered plus the delivery-log rows) written",
+            "out as SQL on OmniPost's own tables (its triggers and indexes included), sent with",
+            "bare asyncpg (a claimer and an acknowledger, at most `concurrency` rows leased) or,",
+            "on SQLite, with the stdlib `sqlite3` module.",
             "`async-commit` sets `synchronous_commit = off` on the bench database, so the engines'",
             "own cost shows; `durable` is the server default, where every commit waits for the",
             "disk. `omnipost, batch N` runs OmniPost alone with concurrency and batch N, to show",
@@ -222,20 +223,16 @@ def drain_section(d: Data, images: dict[str, list[str]]) -> str:
             "  at a time and leases at most `batch` rows (and no more than the free workers), so",
             "  throughput is about batch / (claim time + the loop's own work). A larger batch",
             "  buys throughput almost in proportion, as the `batch` rows show.",
-            "- **On SQLite, a store call makes 13 to 16 trips to `aiosqlite`'s worker thread**",
-            "  where the bare statements need 4: `pool_pre_ping=True` in",
-            "  `engine/store/database.py` sends `SELECT 1` before every transaction (cursor,",
-            "  execute, fetch, close: 4 trips), `BEGIN IMMEDIATE` takes 3, the statement 4 (5",
-            "  with the delivery-log insert), then `commit`, then the pool's reset-on-return",
-            "  `rollback`. Every trip hands the GIL to another thread and back, which costs a",
-            "  few hundred microseconds on a busy 2-core machine. Dropping the ping for SQLite",
-            "  (a file cannot drop a connection) and `pool_reset_on_return=None` would halve",
-            "  them.",
-            "- **On Postgres** the same ping is one extra round trip per transaction; each",
-            "  recipient is Fernet-decrypted in the claim (about 30 µs a row); SQLAlchemy Core",
-            "  renders the expanding `(id, attempt) IN` list and builds rows; each notification",
-            "  then costs a task wake-up under `asyncio.timeout` and a `Completion`. That is the",
-            "  price of fencing, encryption at rest and the store seam, paid per row.",
+            "- **On SQLite, every step of a store call is a trip to `aiosqlite`'s worker",
+            "  thread** (`BEGIN IMMEDIATE`, the statement, its rows, the commit), and every trip",
+            "  hands the GIL to another thread and back, which costs tens to hundreds of",
+            "  microseconds on a busy 2-core machine; the bare statements run in one thread.",
+            "  (The pool's pre-ping and reset-on-return, once 5 more trips a call, are gone.)",
+            "- **On Postgres** each recipient is Fernet-decrypted in the claim (about 30 µs a",
+            "  row); SQLAlchemy Core renders the expanding `(id, attempt) IN` list and builds",
+            "  rows; each notification then costs a task wake-up under `asyncio.timeout` and a",
+            "  `Completion`; triggers keep `queue_counts` in the same transaction. That is the",
+            "  price of fencing, encryption at rest, exact counts and the store seam, per row.",
             "- The claim reads exactly its 32 rows since migration 0002 (`ix_notifications_claim`,",
             "  `priority DESC`), added while these benchmarks were being written: before it, a",
             "  claim sorted every queued row of its key. Section 5 shows the cost that is left.",
@@ -295,7 +292,7 @@ def limiter_section(d: Data, images: dict[str, list[str]]) -> str:
             "writes the state back with an expiry: 2 commands plus 5 per bucket, against two or",
             "three for `limits`' window scripts. In exchange one call covers a send's three",
             "buckets, all or nothing; `limits` would need three calls, with no atomicity across",
-            "them. `bench/redis_limiter.py` (section 6) puts the same call beside a trivial",
+            "them. `bench/redis_limiter.py` (section 7) puts the same call beside a trivial",
             "`EVALSHA`.",
         ]
     return "\n".join(parts)
@@ -380,7 +377,7 @@ def fidelity_section(d: Data, images: dict[str, list[str]]) -> str:
             f"queued before `start()`. Each run lasts {d['runs'][0]['seconds']:g} s; delivery",
             "times come from the delivery log. `achieved / ideal` compares the deliveries with",
             "`min(backlog, burst + rate * t)` at the end; `2nd half` is the rate held once the",
-            "burst is spent, over the configured rate. The envelope of design.md,",
+            "burst is spent, over the configured rate. The envelope of docs/architecture.md,",
             "`burst + rate * W + 1`, is checked over sliding windows W of "
             + ", ".join(f"{w:g}" for w in d["windows_s"])
             + " s; `worst` is the fullest window as a share of its envelope.",
@@ -549,22 +546,32 @@ def sqlite_analyze_note(d: Data) -> str:
     analyzed = (d.get("sqlite_analyzed") or [None])[0]
     before = plain.get(analyzed["backlog"]) if analyzed else None
     figures = (
-        f" ({n(before['other_key']['per_s'])}/s without statistics,"
-        f" {n(analyzed['other_key']['per_s'])}/s with them, at {analyzed['backlog']:,} queued)"
+        f": {n(before['other_key']['per_s'])}/s without statistics,"
+        f" {n(analyzed['other_key']['per_s'])}/s with them, at {analyzed['backlog']:,} queued"
         if analyzed and before
         else ""
     )
     return (
-        "**On SQLite, planner statistics make every acknowledgement scan the table**"
+        "**On SQLite, planner statistics no longer slow the drain**"
         + figures
-        + ". The acknowledgement's `(id, attempt) IN (VALUES ...)` cannot use the rowid; without"
-        " statistics SQLite narrows it with the `state = 'leased'` prefix of the claim index,"
-        " but once `ANALYZE` (or the `PRAGMA optimize` SQLite recommends) has recorded that"
-        " nearly every row has the same state, it scans all of them instead (`EXPLAIN QUERY"
-        " PLAN`: `SCAN notifications`), holding the one write lock while claims wait."
-        " Adding a plain `id IN (...)` beside the `(id, attempt)` pairs lets SQLite use the"
-        " rowid again (checked with `EXPLAIN QUERY PLAN`)."
+        + ". Once `ANALYZE` (or the `PRAGMA optimize` the engine now runs after every prune"
+        " pass and when it closes) had recorded that nearly every row has the same state,"
+        " the acknowledgement's `(id, attempt) IN (VALUES ...)` scanned the whole table; a"
+        " plain `id IN (...)` beside the pairs lets SQLite use the rowid. Without statistics"
+        " SQLite chose the due-rows index for the claim and sorted the key's whole backlog;"
+        " the claim now names its index. `tests/test_counts.py` checks the plans of every"
+        " hot statement after `ANALYZE` (`EXPLAIN QUERY PLAN`: no `SCAN notifications`)."
     )
+
+
+def _flat(rows: list[Data], key: str) -> str:
+    """``a ms at N to b ms at M`` over one store's sizes, for a statement."""
+    timed = [(r["backlog"], r["statements"].get(key)) for r in rows]
+    timed = [(size, ms) for size, ms in timed if ms is not None]
+    if len(timed) < 2:
+        return ""
+    (small, first), (large, last) = timed[0], timed[-1]
+    return f" ({n(first, 1)} ms at {small:,} queued, {n(last, 1)} ms at {large:,})"
 
 
 def scale_section(d: Data, images: dict[str, list[str]]) -> str:
@@ -584,8 +591,7 @@ def scale_section(d: Data, images: dict[str, list[str]]) -> str:
             "takes most of a minute here. Statement times are single calls through the store,",
             "median of a few: `due_keys` as the dispatcher runs it with the deep tenant",
             "disabled, `due_keys deep` with it enabled. Postgres is `ANALYZE`d after the insert,",
-            "as autovacuum would; SQLite never analyses by itself, so its largest size runs once",
-            "more after `ANALYZE` (the SQLite bullet below says why that matters).",
+            "as autovacuum would; SQLite's largest size runs once more after `ANALYZE`.",
             "",
             table(
                 [
@@ -604,31 +610,166 @@ def scale_section(d: Data, images: dict[str, list[str]]) -> str:
             "",
             img(images, "scale_queue", alt="scale"),
             "",
-            "- **A claim no longer grows with the queue**: with the claim index of migration",
-            "  0002 it reads its 32 rows however deep the key is (the `claim 32` column).",
-            "- **`due_keys` grows with the deep tenant's backlog, and stalls the dispatcher.**",
-            "  It counts due rows per key with a `GROUP BY` over every queued row of the enabled",
-            "  tenants, and `Dispatcher.run` awaits it inline (`_refresh_due`) every `poll_s`",
-            "  (0.5 s), on every enqueue's wake-up and whenever a key runs dry; nothing is",
-            "  claimed meanwhile."
-            + (
-                f" At {big['backlog']:,} queued it takes"
-                f" {n(big['statements'].get('due_keys_deep_ms'))} ms, and the deep tenant\n"
-                f"  drains at {n(big['same_key']['per_s'])}/s against"
-                f" {n(big['other_key']['per_s'])}/s for a tenant beside it."
-                if big
-                else ""
-            ),
-            "  In a separate profiling run of the same drain at 1,000,000, its 4 refreshes took",
-            "  0.65 s of the 1.44 s (that run drained faster than the table's; this figure",
-            "  moves a lot between runs). Keeping the counts incrementally, or capping the count",
-            "  (the dispatcher only needs to know there is at least a batch), would make it",
-            "  constant.",
+            "- **A claim does not grow with the queue**: the claim index of migration 0002",
+            "  yields a key's rows in claim order, so a claim reads its 32 rows however deep the",
+            "  key is (the `claim 32` column).",
+            "- **`due_keys` does not grow with the backlog.** The keys with queued work come from",
+            "  `queue_counts` (kept by triggers, migration 0003); per key, one capped range of",
+            "  the due-rows index counts at most 1,024 due rows (the dispatcher needs at least a",
+            "  batch) and its first entry says when the next falls due"
+            + (_flat(pg, "due_keys_deep_ms") + "." if pg else "."),
             bullet(sqlite_analyze_note(d)),
-            "- `depth` (per-tenant counts behind every `Engine.snapshot()`, so behind every",
-            "  console refresh and every `run_until_empty` poll) scans the whole table and",
-            "  grows linearly"
-            + (f": {n(big['statements']['depth_ms'])} ms at {big['backlog']:,}." if big else "."),
+            "- `depth` (behind every `Engine.snapshot()`, so every console refresh, every",
+            "  `run_until_empty` poll and `omnipost stats`) sums `queue_counts` and reads one",
+            "  index entry per tenant with queued work for its oldest age"
+            + (_flat(pg, "depth_ms") + "." if big else "."),
+        ]
+    )
+
+
+# -- deep store ----------------------------------------------------------------------------
+
+STORES = {"sqlite": "SQLite", "postgres": "Postgres"}
+SIDES = ("empty", "shallow", "deep")
+
+
+def deep_rows(d: Data) -> list[list[str]]:
+    rows = []
+    for store, name in STORES.items():
+        r = d.get(store)
+        if not r:
+            continue
+        for side in (side for side in SIDES if side in r):
+            s = r[side]
+            per, steady = s["drain_per_s"], s.get("steady_per_s")
+            kept = s["setup"].get("history", 0) + s["setup"].get("backlog", 0)
+            if side == "deep" and "history" not in s["setup"]:  # JSON from before the field
+                kept = d["history"] + d["backlog"]
+            rows.append(
+                [
+                    name,
+                    side,
+                    f"{kept:,}",
+                    n(s["setup"]["db_bytes"] / 2**20, 1),
+                    f"**{n(per['median'])}** ({n(per['min'])} - {n(per['max'])})",
+                    n(steady["median"]) if steady else "-",
+                    n(s["enqueue_s"]["median"], 2),
+                    n(s["stats_cli_ms"]["median"]),
+                    n(s["snapshot_ms"]["median"], 1),
+                    "yes" if s["counts"]["match"] else "**NO**",
+                ]
+            )
+    return rows
+
+
+def deep_statement_rows(d: Data) -> list[list[str]]:
+    keys = ("depth_ms", "due_keys_ms", "outcomes_60s_ms", "dead_ms")
+    keys += tuple(f"notifications_{t}_ms" for t in ("history", "backlog", "fresh"))
+    return [
+        [name, side, *(n(d[store][side]["statements"].get(k), 1) for k in keys)]
+        for store, name in STORES.items()
+        if d.get(store)
+        for side in SIDES
+        if side in d[store]
+    ]
+
+
+def deep_summary(d: Data) -> str:
+    parts = []
+    for store, name in STORES.items():
+        r = d.get(store)
+        if r:
+            over, extra = r["deep_over_empty"], r["extra_ms"]
+            text = (
+                f"{name}: the deep store drains at {x(over['drain_per_s'])} the empty one's rate"
+                f" ({x(over['steady_per_s'])} from the first delivery on)"
+            )
+            depth, throttled = r.get("deep_over_shallow"), r.get("shallow_over_empty")
+            if depth and throttled:
+                text += (
+                    f", {x(depth['drain_per_s'])} the shallow one's (depth alone), the shallow"
+                    f" one {x(throttled['drain_per_s'])} the empty one's (the throttled tenant)"
+                )
+            parts.append(
+                f"{text}; against the empty store, `omnipost stats` takes"
+                f" {extra['stats_cli']:+,.0f} ms and `Engine.snapshot()`"
+                f" {extra['snapshot']:+,.1f} ms"
+            )
+    return "; ".join(parts) + "."
+
+
+def deep_section(d: Data, images: dict[str, list[str]]) -> str:
+    load = f"{d['load_avg_start'][0]} at the start, {d['load_avg_end'][0]} at the end"
+    return "\n".join(
+        [
+            "## 6. Months of operation: a deep store",
+            "",
+            "Stores set up alike (`omnipost migrate`, tenants `history`, `backlog` limited to",
+            "1/s with burst 1, and `fresh`, a `file` provider), then bulk-inserted rows with",
+            f"`INSERT ... SELECT`: `deep` gets {d['history']:,} delivered notifications of",
+            "`history` spread over the past 30 days, each with its delivery-log row, and",
+            f"{d['backlog']:,} queued, due notifications of `backlog` (enabled: the worker serves",
+            "it at 1/s); `empty` gets none.",
+            *(
+                [
+                    f"`shallow` gets only {d['shallow']:,} queued for `backlog` and no history, so",
+                    "that deep over shallow is the cost of depth, and shallow over empty that of",
+                    "a throttled tenant with work.",
+                ]
+                if d.get("shallow")
+                else []
+            ),
+            "Then `VACUUM ANALYZE` (Postgres) or `ANALYZE` and `PRAGMA optimize` (SQLite);",
+            "retention keeps everything, so the store stays that deep. Each run enqueues",
+            f"{d['count']:,} notifications of `fresh` with `omnipost enqueue --file` and times",
+            f"a real `omnipost worker --concurrency {d['concurrency']}` from its spawn until the",
+            "last of them is written to the provider's file (`drain /s`; `steady /s` counts",
+            f"from the first written), alternating sides, {d['runs']} run(s).",
+            "`stats` is a whole `omnipost stats --json` process (median); `snapshot` a call of",
+            "`Engine.snapshot()` in process (median). `counts right` compares what the engine",
+            "reports with a `GROUP BY` over the table after the runs. Load average (1 min):",
+            f"{load}.",
+            "",
+            table(
+                [
+                    "store",
+                    "side",
+                    "rows kept",
+                    "MiB",
+                    "drain /s (min - max)",
+                    "steady /s",
+                    "enqueue s",
+                    "stats ms",
+                    "snapshot ms",
+                    "counts right",
+                ],
+                deep_rows(d),
+            ),
+            "",
+            "Reads, each alone in process (median ms), before the runs (`fresh` has no rows",
+            "yet): `depth` (behind `snapshot`), `due_keys` (the dispatcher's refresh), the",
+            "outcomes of the last 60 s (`omnipost stats`), `Engine.dead()` (`omnipost dead",
+            "list`) and a tenant's first 100 notifications (`Engine.notifications`, the",
+            "console's queue view):",
+            "",
+            table(
+                [
+                    "store",
+                    "side",
+                    "depth",
+                    "due_keys",
+                    "outcomes 60 s",
+                    "dead",
+                    "100 of history",
+                    "100 of backlog",
+                    "100 of fresh",
+                ],
+                deep_statement_rows(d),
+            ),
+            "",
+            img(images, "deep_store", alt="deep store"),
+            "",
+            bullet(deep_summary(d)),
         ]
     )
 
@@ -665,7 +806,7 @@ def micro_section(data: dict[str, Data | None]) -> str:
         return ""
     return "\n".join(
         [
-            "## 6. Against their own ceilings",
+            "## 7. Against their own ceilings",
             "",
             "The two older micro-benchmarks, run by `make bench` too: each OmniPost piece beside",
             "the least work that could do its job.",
@@ -681,6 +822,7 @@ SECTIONS = {
     "fidelity": fidelity_section,
     "fairness": fairness_section,
     "scale_queue": scale_section,
+    "deep_store": deep_section,
 }
 
 

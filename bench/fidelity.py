@@ -8,7 +8,8 @@ simulated provider at 0 ms, and the delivery log's timestamps are read back.
 
 Reported per run: ``achieved / ideal`` at the end of the run; the most deliveries in any window
 of W seconds (sliding: one window starts at every delivery, closed at both ends) against the
-envelope ``burst + rate * W + 1`` of design.md; and a short timeline for the plot. Usage::
+envelope ``burst + rate * W + 1`` (docs/architecture.md); and a short timeline for the plot.
+Usage::
 
     .venv/bin/python bench/fidelity.py [--rates 1,10,100,1000,5000] [--seconds 4]
         [--concurrency 128] [--batch 128] [--skip-redis] [--out FILE]

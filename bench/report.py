@@ -43,6 +43,7 @@ BENCHES: dict[str, tuple[str, list[str], bool]] = {
     "fidelity": ("fidelity.py", [], True),
     "fairness": ("fairness.py", [], True),
     "scale_queue": ("scale_queue.py", [], True),
+    "deep_store": ("deep_store.py", ["--runs", "3"], True),
     "bucket": ("bucket.py", ["--number", "300000"], False),
     "redis_limiter": ("redis_limiter.py", [], False),
 }
@@ -53,6 +54,7 @@ QUICK: dict[str, list[str]] = {
     "fidelity": ["--seconds", "1", "--rates", "10,1000"],
     "fairness": ["--seconds", "1", "--backlog", "1000"],
     "scale_queue": ["--pg-sizes", "1000,10000", "--sqlite-sizes", "1000", "--batch-count", "500"],
+    "deep_store": ["--history", "20000", "--backlog", "20000", "--count", "1000", "--runs", "1"],
     "bucket": ["--number", "10000", "--repeat", "1"],
     "redis_limiter": ["--seconds", "0.2", "--repeat", "1"],
 }
@@ -241,12 +243,48 @@ def plot_scale(data: dict[str, Any]) -> str:
     return _save(fig, "scale.png")
 
 
+def plot_deep(data: dict[str, Any]) -> str:
+    stores = [(s, "SQLite" if s == "sqlite" else "Postgres") for s in ("sqlite", "postgres")]
+    stores = [(s, name) for s, name in stores if s in data]
+    sides = [side for side in ("empty", "shallow", "deep") if side in data[stores[0][0]]]
+    colors = {"empty": "#2b6cb0", "shallow": "#dd6b20", "deep": "#c53030"}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    width = 0.8 / len(sides)
+    measures = [(s, key) for s, _ in stores for key in ("stats_cli_ms", "snapshot_ms")]
+    for i, side in enumerate(sides):
+        offset = (i - (len(sides) - 1) / 2) * width
+        per = [data[s][side]["drain_per_s"] for s, _ in stores]
+        ys = [p["median"] for p in per]
+        err = [[p["median"] - p["min"] for p in per], [p["max"] - p["median"] for p in per]]
+        xs = [j + offset for j in range(len(stores))]
+        bars = left.bar(xs, ys, width, yerr=err, label=side, color=colors[side], capsize=2)
+        left.bar_label(bars, fmt="%.0f", fontsize=7, padding=2)
+        xs = [j + offset for j in range(len(measures))]
+        ys = [data[s][side][key]["median"] for s, key in measures]
+        bars = right.bar(xs, ys, width, label=side, color=colors[side])
+        right.bar_label(bars, fmt="%.1f", fontsize=6, padding=2)
+    left.set_xticks(range(len(stores)), [name for _, name in stores])
+    left.set_ylabel("drained / s, spawn to last (median, min-max)")
+    left.set_title(f"Drain of {data['count']:,} beside what the store keeps", fontsize=9)
+    labels = [f"{name}\n{what}" for _, name in stores for what in ("stats CLI", "snapshot")]
+    right.set_xticks(range(len(labels)), labels, fontsize=8)
+    right.set_yscale("log")
+    right.set_ylabel("ms per call (median, log)")
+    right.set_title("Reading the counts", fontsize=9)
+    kept = f"deep: {data['history']:,} delivered + {data['backlog']:,} queued"
+    if data.get("shallow"):
+        kept += f"\nshallow: {data['shallow']:,} queued"
+    left.legend(fontsize=8, title=kept, title_fontsize=7, loc="lower right")
+    return _save(fig, "deep_store.png")
+
+
 PLOTS = {
     "drain_peers": [plot_drain],
     "limiter_peers": [plot_limiters, plot_redis],
     "fidelity": [plot_fidelity],
     "fairness": [plot_fairness],
     "scale_queue": [plot_scale],
+    "deep_store": [plot_deep],
 }
 
 
