@@ -1,4 +1,4 @@
-"""The rate envelope of design.md, checked over real delivery timestamps.
+"""The rate envelope of docs/architecture.md, checked over real delivery timestamps.
 
 A bucket with ``rate_per_s`` and ``burst`` admits at most ``burst + rate_per_s * W`` sends in
 any window of ``W`` seconds, plus one for the edge. The windows here slide: one starts at

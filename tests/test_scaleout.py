@@ -3,7 +3,7 @@
 Every test gets a fresh Postgres database and its own ``redis-server`` on a free loopback
 port (``tests.redis_server``), so stopping Redis mid-run touches no other test. Work is
 enqueued before the workers start; a ``file`` provider records every send with its wall-clock
-``ts``, and the rate envelope of design.md is checked over those timestamps across all
+``ts``, and the rate envelope of docs/architecture.md is checked over those timestamps across all
 processes together. Without Postgres or ``redis-server`` these tests skip, under CI they fail.
 """
 
