@@ -8,11 +8,14 @@
 5. With nothing to do, sleep until the next token of a key with work, a wake-up, or a poll.
 
 Outcomes are written back in batches by one completer task, fenced on owner and attempt.
+Every wait (sleeps, back-offs, the send and stop timeouts) goes through the ``Clock``, so that
+tests run all of this on virtual time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import random
@@ -24,7 +27,7 @@ from engine.directory import Directory
 from engine.domain import BucketKey, Message, NotificationState, SendResult
 from engine.errors import OmniPostError
 from engine.limiter import Limiter, Reservation
-from engine.policy import Decision, RetryPolicy, decide, round_robin
+from engine.policy import STORE_OUTAGE, WRITE_RETRY, Decision, RetryPolicy, decide, round_robin
 from engine.store import Completion, DueKey, Leased, Store
 from engine.telemetry import Telemetry
 
@@ -33,6 +36,7 @@ __all__ = ["Dispatcher", "DispatcherSettings"]
 log = logging.getLogger(__name__)
 
 Key = tuple[int, int]  # (tenant id, provider id)
+_GATHER_S = 0.005  # the completer lets a few more sends finish, to write them together
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +125,7 @@ class Dispatcher:
         """Dispatch until ``stop_claiming``; waits while ``paused`` is clear."""
         self._started = True
         self._resize()
-        outage_s = 0.0
+        outages = 0  # failed rounds in a row
         while not self._stopping:
             if not paused.is_set():
                 await paused.wait()
@@ -134,11 +138,13 @@ class Dispatcher:
             except OmniPostError as exc:
                 # The store already retried; it is down for longer. Keep trying, slower, and
                 # say so: sends under way finish, their outcomes wait in memory meanwhile.
-                outage_s = min(max(0.5, outage_s * 2), 10.0)
+                outages += 1
+                outage_s = STORE_OUTAGE.delay_s(outages)
+                self._due_stale = True  # the failed round may have been the look itself
                 log.warning("dispatch paused %.1fs: %s", outage_s, exc.message)
                 await self._sleep(outage_s)
                 continue
-            outage_s = 0.0
+            outages = 0
             if wait_s > 0:
                 await self._sleep(wait_s)
 
@@ -178,9 +184,9 @@ class Dispatcher:
             got, key_wait_s = await self._serve(key, min(free, self.settings.batch))
             progressed |= got > 0
             wait_s = min(wait_s, key_wait_s)
-        for due in self._due.values():
-            if due.due == 0 and due.next_available_at > now:
-                wait_s = min(wait_s, due.next_available_at - now)
+        # Delayed work seen by the last look; it may have fallen due while the answer came
+        # back, and then the next round looks again (``_step``) rather than the next poll.
+        wait_s = min(wait_s, self._next_due_at - now)
         return 0.0 if progressed else max(wait_s, 0.001)
 
     async def _serve(self, key: Key, room: int) -> tuple[int, float]:
@@ -231,11 +237,7 @@ class Dispatcher:
     async def _sleep(self, wait_s: float) -> None:
         if self.on_wait is not None:
             self.on_wait(wait_s)
-        try:
-            async with asyncio.timeout(wait_s):
-                await self._wake.wait()
-        except TimeoutError:
-            pass
+        await self._clock.wait_for(self._wake, wait_s)
 
     # -- deliveries -------------------------------------------------------------------------
 
@@ -284,7 +286,7 @@ class Dispatcher:
 
     async def _send(self, call: Awaitable[SendResult]) -> SendResult:
         try:
-            async with asyncio.timeout(self.settings.send_timeout_s):
+            async with self._clock.timeout(self.settings.send_timeout_s):
                 return await call
         except TimeoutError:
             return SendResult.transient(
@@ -316,16 +318,20 @@ class Dispatcher:
 
     async def complete_loop(self) -> None:
         """Write outcomes back in batches until cancelled; the last flush happens in ``flush``."""
+        failures = 0  # failed writes in a row
         while True:
             await self._done_ready.wait()
-            await asyncio.sleep(0.005)  # let a few more finish, to write them together
+            await self._clock.sleep(_GATHER_S)
             try:
                 await self.flush()
             except OmniPostError as exc:
                 # Kept and written again; if the leases expire meanwhile, the fencing
                 # refuses them and the notifications are delivered again (at least once).
                 log.warning("writing outcomes failed, will retry: %s", exc.message)
-                await asyncio.sleep(1.0)
+                failures += 1
+                await self._clock.sleep(WRITE_RETRY.delay_s(failures))
+                continue
+            failures = 0
 
     async def flush(self) -> None:
         # One flush at a time: two would write the same batch twice, the second refused
@@ -365,7 +371,10 @@ class Dispatcher:
         if unsent:
             await self._store.queue.release(self.owner, unsent)
         if busy:
-            _done, pending = await asyncio.wait(busy, timeout=self.settings.stop_timeout_s)
+            with contextlib.suppress(TimeoutError):
+                async with self._clock.timeout(self.settings.stop_timeout_s):
+                    await asyncio.wait(busy)
+            pending = [task for task in busy if not task.done()]
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)

@@ -1,4 +1,5 @@
-"""Pure policies: what to do with a provider's answer, and in which order to visit keys.
+"""Pure policies: how long to back off, what to do with a provider's answer, and in which
+order to visit keys.
 
 The dispatcher only carries these decisions out; tests check them as tables.
 """
@@ -12,15 +13,54 @@ from typing import TypeVar
 
 from engine.domain import NotificationState, Outcome, SendResult
 
-__all__ = ["Decision", "RetryPolicy", "decide", "round_robin"]
+__all__ = [
+    "STORE_OUTAGE",
+    "STORE_RETRY",
+    "WRITE_RETRY",
+    "Backoff",
+    "Decision",
+    "RetryPolicy",
+    "decide",
+    "round_robin",
+]
 
 K = TypeVar("K", bound=Hashable)
 
 
 @dataclass(frozen=True, slots=True)
+class Backoff:
+    """Waits that grow after each failure in a row: the ``attempt``-th (from 1) is
+    ``min(max_s, first_s * factor ** (attempt - 1))``, of which the last ``jitter`` fraction
+    is scaled by a random draw. Every backoff in the engine is one of these."""
+
+    first_s: float
+    factor: float = 2.0
+    max_s: float = math.inf
+    jitter: float = 0.0
+
+    def delay_s(self, attempt: int, rand: float = 1.0) -> float:
+        """The wait before retry ``attempt`` (an attempt below 1 counts as 1); ``rand`` is
+        uniform in [0, 1) and only matters with ``jitter`` (1.0, the default, is no jitter)."""
+        try:
+            grown = self.first_s * self.factor ** max(0, attempt - 1)
+        except OverflowError:  # a float power past ~1e308; every sane cap is far below
+            grown = math.inf
+        delay = min(self.max_s, grown)
+        if math.isinf(delay):
+            return delay  # inf * 0 would be NaN
+        return delay * (1.0 - self.jitter) + delay * self.jitter * rand
+
+
+# The engine's other backoffs, here so that one table tests them all.
+STORE_RETRY = Backoff(first_s=0.05, factor=2.0, max_s=2.0)  # a locked or dropped transaction
+STORE_OUTAGE = Backoff(first_s=0.5, factor=2.0, max_s=10.0)  # dispatch while the store is down
+WRITE_RETRY = Backoff(first_s=1.0, factor=1.0)  # outcomes that could not be written yet
+
+
+@dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """Exponential backoff with jitter: the n-th transient failure waits
-    ``min(cap_s, base_s * 2**(n-1))``, of which the last ``jitter`` fraction is random."""
+    """Retries of transient failures: the n-th waits ``backoff.delay_s(n, rand)``, which
+    doubles from ``base_s`` up to ``cap_s``, the last ``jitter`` fraction random."""
 
     base_s: float = 1.0
     cap_s: float = 300.0
@@ -28,12 +68,13 @@ class RetryPolicy:
     default_retry_after_s: float = 1.0
     max_retry_after_s: float = 3600.0
 
+    @property
+    def backoff(self) -> Backoff:
+        return Backoff(self.base_s, 2.0, self.cap_s, self.jitter)
+
     def backoff_s(self, failures: int, rand: float) -> float:
         """Delay after the ``failures``-th failure (>= 1); ``rand`` is uniform in [0, 1)."""
-        # 2.0 ** n overflows past n = 1023; every sane cap is reached long before that.
-        doublings = min(max(0, failures - 1), 1023)
-        delay = min(self.cap_s, self.base_s * 2.0**doublings)
-        return delay * (1.0 - self.jitter) + delay * self.jitter * rand
+        return self.backoff.delay_s(failures, rand)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,12 +1,12 @@
 """The engine's life: stop, pause and resume, resizing, a dying background task, and living
-inside a loop that belongs to someone else. Real engines on real stores throughout."""
+inside a loop that belongs to someone else. Real engines on real stores throughout, on
+virtual time (tests/virtual_time.py) except the two ``test_real_time_*`` tests at the end,
+which run on the system clock as the proof that the real clock is wired."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from engine import (
     Engine,
     EngineSettings,
     EngineState,
+    FakeClock,
     Limit,
     LocalLimiter,
     Message,
@@ -32,6 +33,8 @@ from engine import (
     SystemClock,
 )
 from engine.providers import FileProvider
+from tests.support import read_lines
+from tests.virtual_time import VirtualEngines, until
 
 BACKGROUND = {
     "omnipost-dispatch",
@@ -44,15 +47,17 @@ BACKGROUND = {
 
 
 class SlowFile:
-    """The file provider behind a fixed latency, so that sends are under way when we act."""
+    """The file provider behind a fixed latency on ``clock``, so that sends are under way
+    when we act."""
 
-    def __init__(self, config: ProviderConfig) -> None:
+    def __init__(self, config: ProviderConfig, clock: FakeClock) -> None:
         self.name = config.name
+        self.clock = clock
         self.latency_s = float(config.options.get("latency_s", "0.02"))
-        self.file = FileProvider(config.name, config.options["path"])
+        self.file = FileProvider(config.name, config.options["path"], clock=clock)
 
     async def send(self, message: Message) -> SendResult:
-        await asyncio.sleep(self.latency_s)
+        await self.clock.sleep(self.latency_s)
         return await self.file.send(message)
 
     async def aclose(self) -> None:
@@ -60,9 +65,11 @@ class SlowFile:
 
 
 class Gauge:
-    """A provider kind that counts the sends under way at once."""
+    """A provider kind that counts the sends under way at once; each takes ``latency_s`` on
+    ``clock``."""
 
-    def __init__(self, latency_s: float = 0.03) -> None:
+    def __init__(self, clock: FakeClock, latency_s: float = 0.03) -> None:
+        self.clock = clock
         self.latency_s = latency_s
         self.now = 0
         self.peak = 0
@@ -83,7 +90,7 @@ class _GaugeProvider:
         self.gauge.now += 1
         self.gauge.peak = max(self.gauge.peak, self.gauge.now)
         try:
-            await asyncio.sleep(self.gauge.latency_s)
+            await self.gauge.clock.sleep(self.gauge.latency_s)
         finally:
             self.gauge.now -= 1
         return SendResult.delivered()
@@ -96,40 +103,36 @@ Build = Callable[..., Awaitable[Engine]]
 
 
 @pytest.fixture
-def gauge() -> Gauge:
-    return Gauge()
+def gauge(clock: FakeClock) -> Gauge:
+    return Gauge(clock)
 
 
 @pytest.fixture
-async def build(store: Store, gauge: Gauge) -> AsyncIterator[Build]:
-    """Opens engines with full settings and the 'slowfile' and 'gauge' kinds."""
-    engines: list[Engine] = []
-    factories = {**BUILTIN_KINDS, "slowfile": SlowFile, "gauge": gauge.provider}
+async def engines(store: Store, clock: FakeClock, gauge: Gauge) -> AsyncIterator[VirtualEngines]:
+    """Opens engines on virtual time with the 'slowfile' and 'gauge' kinds."""
+
+    def slowfile(config: ProviderConfig) -> Provider:
+        return SlowFile(config, clock)
+
+    opened = VirtualEngines(store, clock, {"slowfile": slowfile, "gauge": gauge.provider})
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture
+def build(engines: VirtualEngines) -> Build:
+    """Opens an engine with these ``EngineSettings`` fields."""
 
     async def make(**settings: Any) -> Engine:
-        engine = Engine(
-            store, LocalLimiter(SystemClock()), factories, settings=EngineSettings(**settings)
-        )
-        await engine.open()
-        engines.append(engine)
-        return engine
+        return await engines.open(EngineSettings(**settings))
 
-    yield make
-    for engine in engines:
-        await engine.close()
+    return make
 
 
 def live_tasks() -> set[str]:
     """Names of the engine's tasks that have not finished."""
     names = (t.get_name() for t in asyncio.all_tasks() if not t.done())
     return {name for name in names if name.startswith("omnipost-")}
-
-
-async def eventually(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"timed out after {timeout_s:g}s"
-        await asyncio.sleep(0.01)
 
 
 async def states(engine: Engine) -> dict[NotificationState, int]:
@@ -140,9 +143,7 @@ async def states(engine: Engine) -> dict[NotificationState, int]:
 
 
 def keys_in(path: Path) -> list[str]:
-    if not path.exists():
-        return []
-    return [json.loads(line)["idempotency_key"] for line in path.read_text().splitlines()]
+    return [line["idempotency_key"] for line in read_lines(path)]
 
 
 async def setup(
@@ -158,13 +159,13 @@ async def setup(
 
 
 async def test_stopping_under_load_returns_every_lease_and_loses_nothing(
-    build: Build, tmp_path: Path
+    build: Build, engines: VirtualEngines, tmp_path: Path
 ) -> None:
     out, n = tmp_path / "out.jsonl", 2000
     first = await build(dispatch=DispatcherSettings(concurrency=32))
     await setup(first, "slowfile", n, path=str(out), latency_s="0.02")
     await first.start()
-    await eventually(lambda: first.dispatcher.delivered >= 300)
+    await until(engines.clock, lambda: first.dispatcher.delivered >= 300, what="300 delivered")
     await first.stop()
 
     assert first.state == EngineState.STOPPED
@@ -175,11 +176,11 @@ async def test_stopping_under_load_returns_every_lease_and_loses_nothing(
     sent = keys_in(out)
     assert len(sent) == len(set(sent)) == found[NotificationState.DELIVERED]
     assert found[NotificationState.DELIVERED] + found[NotificationState.QUEUED] == n
-    assert first.telemetry.totals().takeovers == 0
+    assert first.totals().takeovers == 0
 
     second = await build(dispatch=DispatcherSettings(concurrency=64))
     await second.start()
-    assert await second.run_until_empty(timeout_s=30)
+    await engines.until_empty(second)
     sent = keys_in(out)
     assert sorted(sent) == sorted(f"k{i}" for i in range(n))
     assert await states(second) == {NotificationState.DELIVERED: n}
@@ -212,18 +213,22 @@ async def test_set_concurrency_before_start_leaves_nothing_running(build: Build)
 # -- pause, resume, resize ----------------------------------------------------------------
 
 
-async def test_pause_takes_no_new_work_and_resume_carries_on(build: Build, tmp_path: Path) -> None:
+async def test_pause_takes_no_new_work_and_resume_carries_on(
+    build: Build, engines: VirtualEngines, clock: FakeClock, tmp_path: Path
+) -> None:
     out, n = tmp_path / "out.jsonl", 60
     engine = await build()
     await setup(engine, "file", n, Limit(50.0, 5.0), path=str(out))
     await engine.start()
-    await eventually(lambda: len(keys_in(out)) >= 10)
+    await until(clock, lambda: len(keys_in(out)) >= 10, what="10 sent")
     engine.pause()
-    assert engine.state == EngineState.PAUSED
-    await asyncio.sleep(0.5)  # a round that was under way finishes its claim
-    await eventually(lambda: not engine.dispatcher.has_pending())
+    paused = engine.state
+    # Virtual time passes only once every store call has returned: a round that was under
+    # way has finished its claim, and its sends have gone out.
+    await clock.sleep(1.0)
+    assert not engine.dispatcher.has_pending()
     sent = len(keys_in(out))
-    await asyncio.sleep(0.6)  # longer than a poll: the dispatcher had its chance to claim
+    await clock.sleep(5.0)  # ten polls: the dispatcher had every chance to claim
 
     assert len(keys_in(out)) == sent < n
     found = await states(engine)
@@ -231,12 +236,14 @@ async def test_pause_takes_no_new_work_and_resume_carries_on(build: Build, tmp_p
     assert found[NotificationState.QUEUED] == n - sent
 
     engine.resume()
-    assert engine.state == EngineState.RUNNING
-    assert await engine.run_until_empty(timeout_s=10)
+    assert (paused, engine.state) == (EngineState.PAUSED, EngineState.RUNNING)
+    await engines.until_empty(engine)
     assert sorted(keys_in(out)) == sorted(f"k{i}" for i in range(n))
 
 
-async def test_set_concurrency_resizes_the_pool_of_sends(build: Build, gauge: Gauge) -> None:
+async def test_set_concurrency_resizes_the_pool_of_sends(
+    build: Build, gauge: Gauge, clock: FakeClock
+) -> None:
     engine = await build(dispatch=DispatcherSettings(concurrency=2))
     await setup(engine, "gauge", 400)
     await engine.start()
@@ -244,8 +251,8 @@ async def test_set_concurrency_resizes_the_pool_of_sends(build: Build, gauge: Ga
     async def peak_reaching(n: int) -> int:
         """The most sends at once, from when ``n`` were first seen to 0.2 s later."""
         gauge.reset()
-        await eventually(lambda: gauge.peak >= n, timeout_s=5.0)
-        await asyncio.sleep(0.2)
+        await until(clock, lambda: gauge.peak >= n, within_s=5.0, what=f"{n} at once")
+        await clock.sleep(0.2)
         return gauge.peak
 
     assert await peak_reaching(2) == 2
@@ -256,8 +263,8 @@ async def test_set_concurrency_resizes_the_pool_of_sends(build: Build, gauge: Ga
     engine.dispatcher.on_wait = sleeps.append
     engine.set_concurrency(1)
     # A claim under way was sized for 6: let that round end and its sends finish.
-    await eventually(lambda: bool(sleeps))
-    await eventually(lambda: engine.dispatcher.inflight <= 1)
+    await until(clock, lambda: bool(sleeps), what="a round's end")
+    await until(clock, lambda: engine.dispatcher.inflight <= 1, what="one in flight")
     assert await peak_reaching(1) == 1
     with pytest.raises(OmniPostError, match="at least 1"):
         engine.set_concurrency(0)
@@ -269,7 +276,7 @@ async def test_set_concurrency_resizes_the_pool_of_sends(build: Build, gauge: Ga
 
 
 async def test_a_background_task_that_dies_stops_the_engine_and_says_why(
-    build: Build, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    build: Build, store: Store, clock: FakeClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def broken_reap(now: float) -> int:
         raise RuntimeError("disk on fire")
@@ -278,7 +285,7 @@ async def test_a_background_task_that_dies_stops_the_engine_and_says_why(
     await setup(engine, "file", 5, path=str(tmp_path / "out.jsonl"))
     monkeypatch.setattr(store.queue, "reap", broken_reap)
     await engine.start()
-    await eventually(lambda: engine.state == EngineState.FAILED and not live_tasks())
+    await until(clock, lambda: engine.state == EngineState.FAILED and not live_tasks())
 
     assert engine.failure is not None
     assert "omnipost-reap" in engine.failure
@@ -290,11 +297,11 @@ async def test_a_background_task_that_dies_stops_the_engine_and_says_why(
         await engine.start()
 
 
-# -- someone else's loop ------------------------------------------------------------------
+# -- someone else's loop, on the real clock ----------------------------------------------
 
 
-async def test_runs_in_the_callers_loop_without_signal_handlers(
-    build: Build, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+async def test_real_time_runs_in_the_callers_loop_without_signal_handlers(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     installed: list[object] = []
     loop = asyncio.get_running_loop()
@@ -302,19 +309,20 @@ async def test_runs_in_the_callers_loop_without_signal_handlers(
     monkeypatch.setattr(signal, "signal", lambda *a: installed.append(a))
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
 
-    engine = await build()
-    await setup(engine, "file", 20, path=str(tmp_path / "out.jsonl"))
-    await engine.start()
-    assert live_tasks() >= BACKGROUND
-    assert await engine.run_until_empty(timeout_s=10)
-    await engine.stop()
+    engine = Engine(store, LocalLimiter(SystemClock()), BUILTIN_KINDS)
+    async with engine:
+        await setup(engine, "file", 20, path=str(tmp_path / "out.jsonl"))
+        await engine.start()
+        assert live_tasks() >= BACKGROUND
+        assert await engine.run_until_empty(timeout_s=10)
+        await engine.stop()
 
     assert installed == []
     assert {s: signal.getsignal(s) for s in before} == before
     assert live_tasks() == set()
 
 
-def test_an_engine_built_outside_any_loop_runs_on_a_later_one(
+def test_real_time_an_engine_built_outside_any_loop_runs_on_a_later_one(
     store_url: str, box: SecretBox, tmp_path: Path
 ) -> None:
     """Built before a loop exists (as the console builds it before qasync starts), then run."""

@@ -7,7 +7,16 @@ import math
 import pytest
 
 from engine.domain import NotificationState, SendResult
-from engine.policy import Decision, RetryPolicy, decide, round_robin
+from engine.policy import (
+    STORE_OUTAGE,
+    STORE_RETRY,
+    WRITE_RETRY,
+    Backoff,
+    Decision,
+    RetryPolicy,
+    decide,
+    round_robin,
+)
 
 QUEUED = NotificationState.QUEUED
 DEAD = NotificationState.DEAD
@@ -180,6 +189,52 @@ def test_backoff_grows_until_the_cap() -> None:
     delays = [DEFAULT.backoff_s(n, 1.0) for n in range(1, 40)]
     assert delays == sorted(delays)
     assert max(delays) == DEFAULT.cap_s
+
+
+def test_retry_backoff_is_a_backoff() -> None:
+    assert DEFAULT.backoff == Backoff(first_s=1.0, factor=2.0, max_s=300.0, jitter=0.5)
+
+
+# (backoff, attempt, rand, delay): the engine's own backoffs first, then the arithmetic.
+BACKOFFS: list[tuple[Backoff, int, float, float]] = [
+    # A store transaction that found the store locked or lost its connection: 5 tries.
+    (STORE_RETRY, 1, 1.0, 0.05),
+    (STORE_RETRY, 2, 1.0, 0.1),
+    (STORE_RETRY, 3, 1.0, 0.2),
+    (STORE_RETRY, 4, 1.0, 0.4),
+    (STORE_RETRY, 7, 1.0, 2.0),  # 3.2 capped
+    # Dispatch rounds failing in a row while the store is down.
+    (STORE_OUTAGE, 1, 1.0, 0.5),
+    (STORE_OUTAGE, 2, 1.0, 1.0),
+    (STORE_OUTAGE, 4, 1.0, 4.0),
+    (STORE_OUTAGE, 5, 1.0, 8.0),
+    (STORE_OUTAGE, 6, 1.0, 10.0),
+    (STORE_OUTAGE, 100, 1.0, 10.0),
+    # Outcomes that could not be written: again every second.
+    (WRITE_RETRY, 1, 1.0, 1.0),
+    (WRITE_RETRY, 50, 1.0, 1.0),
+    # The arithmetic.
+    (Backoff(1.0, factor=3.0), 3, 1.0, 9.0),
+    (Backoff(1.0), 0, 1.0, 1.0),  # below 1 counts as the first
+    (Backoff(1.0), -2, 1.0, 1.0),
+    (Backoff(1.0), 2_000, 1.0, math.inf),  # no cap: past every float power
+    (Backoff(1.0, factor=10.0, max_s=60.0), 2_000, 1.0, 60.0),
+    (Backoff(2.0, jitter=0.5), 2, 0.0, 2.0),  # the last half of 4 s scaled by 0
+    (Backoff(2.0, jitter=0.5), 2, 0.5, 3.0),
+    (Backoff(2.0, jitter=0.5), 2, 1.0, 4.0),
+    (Backoff(2.0, jitter=1.0), 1, 0.25, 0.5),
+    (Backoff(2.0, jitter=1.0), 2_000, 0.0, math.inf),  # not NaN
+    (Backoff(2.0), 3, 0.0, 8.0),  # without jitter the draw does not matter
+]
+
+
+@pytest.mark.parametrize(("backoff", "attempt", "rand", "delay_s"), BACKOFFS)
+def test_backoff_delay_s(backoff: Backoff, attempt: int, rand: float, delay_s: float) -> None:
+    assert backoff.delay_s(attempt, rand) == pytest.approx(delay_s)
+
+
+def test_backoff_without_a_draw_is_the_full_delay() -> None:
+    assert Backoff(2.0, jitter=0.5).delay_s(2) == 4.0
 
 
 # (keys in their stable order, key served last, visiting order)

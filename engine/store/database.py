@@ -18,6 +18,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from engine.errors import ConfigError, Conflict, NotFound, StoreError, StoreUnavailable
+from engine.policy import STORE_RETRY
 
 __all__ = ["Database", "masked_url", "normalize_url", "picked_once"]
 
@@ -160,22 +161,21 @@ class Database:
         return await self._run(self._reader, fn)
 
     async def _run(self, engine: AsyncEngine, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-        delay_s = 0.05
-        for attempt in range(_RETRIES):
+        for attempt in range(1, _RETRIES + 1):
+            delay_s = STORE_RETRY.delay_s(attempt)
             try:
                 async with _translated(), engine.begin() as conn:
                     return await fn(conn)
             except StoreUnavailable:
-                if attempt == _RETRIES - 1:
+                if attempt == _RETRIES:
                     raise
                 log.info("store connection lost; retrying in %.2fs", delay_s)
             except _Locked:
-                if attempt == _RETRIES - 1:
+                if attempt == _RETRIES:
                     raise StoreError(
                         "the store stayed locked by other writers; try again."
                     ) from None
             await asyncio.sleep(delay_s)
-            delay_s = min(delay_s * 2, 2.0)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def __repr__(self) -> str:

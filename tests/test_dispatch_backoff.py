@@ -1,0 +1,167 @@
+"""The dispatcher's waits, on virtual time: the back-off while the store is down, outcomes
+written again after a failed write, the send and stop timeouts, and a retry that falls due
+while the dispatcher is looking. Each waits exactly what its policy says."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Sequence
+
+import pytest
+
+from engine import (
+    DispatcherSettings,
+    EngineSettings,
+    Message,
+    NotificationState,
+    Outcome,
+    RetryPolicy,
+    SendResult,
+    StoreUnavailable,
+)
+from engine.policy import STORE_OUTAGE, WRITE_RETRY
+from engine.store import Completion, DueKey
+from tests.scripted import Script, history, setup, view
+from tests.virtual_time import VirtualEngines, until
+
+GATHER_S = 0.005  # the completer's pause before writing a batch
+
+NO_JITTER = RetryPolicy(base_s=1.0, jitter=0.0)
+
+
+async def hang(message: Message) -> SendResult:
+    await asyncio.Event().wait()
+    raise AssertionError("never set")
+
+
+def down() -> StoreUnavailable:
+    return StoreUnavailable("the store cannot be reached: test.")
+
+
+async def test_a_store_outage_backs_off_slower_and_slower_then_carries_on(
+    engines: VirtualEngines, script: Script, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = await engines.open(EngineSettings(dispatch=DispatcherSettings(poll_s=60.0)))
+    await setup(engine)
+    real, failing = engine.store.queue.due_keys, 6
+    looks: list[float] = []
+
+    async def due_keys(now: float, tenant_ids: Sequence[int] | None = None) -> list[DueKey]:
+        nonlocal failing
+        looks.append(engines.clock.monotonic())
+        if failing:
+            failing -= 1
+            raise down()
+        return await real(now, tenant_ids)
+
+    monkeypatch.setattr(engine.store.queue, "due_keys", due_keys)
+    sleeps: list[float] = []
+    engine.dispatcher.on_wait = sleeps.append
+    await engine.start()
+    await engines.until_empty(engine)
+
+    backoff = [STORE_OUTAGE.delay_s(n) for n in range(1, 7)]
+    assert backoff == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0]
+    assert sleeps[:6] == backoff
+    # Looked again as each back-off ended (sooner if woken: Postgres's LISTEN wakes the
+    # dispatcher once connected), and sent on the first look that worked.
+    gaps = [b - a for a, b in itertools.pairwise(looks[:7])]
+    assert all(0 <= gap <= wait + 1e-6 for gap, wait in zip(gaps, backoff, strict=True)), gaps
+    [call] = script.calls
+    assert call.at_s == pytest.approx(looks[6])
+
+
+async def test_outcomes_that_could_not_be_written_are_written_again(
+    engines: VirtualEngines, script: Script, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = await engines.open()
+    [nid] = await setup(engine)
+    real, failing = engine.store.queue.complete, 2
+    writes: list[float] = []
+
+    async def complete(completions: Sequence[Completion], *, worker: str) -> list[bool]:
+        nonlocal failing
+        writes.append(engines.clock.monotonic())
+        if failing:
+            failing -= 1
+            raise down()
+        return await real(completions, worker=worker)
+
+    monkeypatch.setattr(engine.store.queue, "complete", complete)
+    await engine.start()
+    await engines.until_empty(engine)
+
+    [call] = script.calls
+    every_s = WRITE_RETRY.delay_s(1) + GATHER_S
+    assert [w - call.at_s for w in writes] == pytest.approx(
+        [GATHER_S, GATHER_S + every_s, GATHER_S + 2 * every_s]
+    )
+    assert (await view(engine, nid)).state is NotificationState.DELIVERED
+    assert engine.totals().delivered == 1
+
+
+async def test_a_send_that_does_not_answer_times_out_and_is_retried(
+    engines: VirtualEngines, script: Script
+) -> None:
+    settings = DispatcherSettings(send_timeout_s=30.0, retry=NO_JITTER)
+    engine = await engines.open(EngineSettings(dispatch=settings))
+    script.answers.append(hang)
+    [nid] = await setup(engine)
+    await engine.start()
+    await engines.until_empty(engine)
+
+    first, second = script.calls
+    assert second.at_s - first.at_s == pytest.approx(30.0 + 1.0)  # the timeout, the backoff
+    assert await history(engine, nid) == [(1, Outcome.TRANSIENT), (2, Outcome.DELIVERED)]
+    tenant_id = engine.directory.tenant_id("acme")
+    assert tenant_id is not None
+    log = await engine.store.queue.deliveries(tenant_id, notification_id=nid)
+    assert "did not answer in 30s" in min(log, key=lambda e: e.id).detail
+
+
+async def test_stopping_waits_for_a_hung_send_only_so_long_and_gives_it_back(
+    engines: VirtualEngines, script: Script
+) -> None:
+    settings = DispatcherSettings(stop_timeout_s=5.0, send_timeout_s=3600.0)
+    engine = await engines.open(EngineSettings(dispatch=settings))
+    script.answers.append(hang)
+    [nid] = await setup(engine)
+    await engine.start()
+    await until(engines.clock, lambda: bool(script.calls), what="the send")
+
+    stopping = engines.clock.monotonic()
+    await engine.stop()
+    assert engines.clock.monotonic() - stopping == pytest.approx(5.0)
+    row = await view(engine, nid)
+    # Given back unspent: the provider may have it (at least once), the notification is not
+    # left leased until its lease expires.
+    assert (row.state, row.attempt, row.failures) == (NotificationState.QUEUED, 1, 0)
+    assert await history(engine, nid) == []
+
+
+async def test_a_retry_that_falls_due_while_the_dispatcher_looks_is_not_left_for_the_poll(
+    engines: VirtualEngines, script: Script, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store answers each look for due work 0.2 s late. The failed send is written back
+    at once, due 0.3 s later; the look that begins after that (at 0.2 s, the first began with
+    the send) sees it not yet due and answers at 0.4 s, when it is. It must go out then, not
+    wait for the poll (60 s)."""
+    retry = RetryPolicy(base_s=0.3, jitter=0.0)
+    settings = DispatcherSettings(poll_s=60.0, retry=retry)
+    engine = await engines.open(EngineSettings(dispatch=settings))
+    script.answers.append(SendResult.transient("503"))
+    await setup(engine)
+    real = engine.store.queue.due_keys
+
+    async def slow(now: float, tenant_ids: Sequence[int] | None = None) -> list[DueKey]:
+        found = await real(now, tenant_ids)
+        await engines.clock.sleep(0.2)
+        return found
+
+    monkeypatch.setattr(engine.store.queue, "due_keys", slow)
+    await engine.start()
+    await engines.until_empty(engine)
+
+    first, second = script.calls
+    assert second.at_s - first.at_s == pytest.approx(0.4 + 0.2, abs=0.01)  # one more look
