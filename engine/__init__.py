@@ -9,10 +9,14 @@ The console and the CLI drive it through these names::
         await engine.stop()
 """
 
+from typing import TYPE_CHECKING
+
 from engine.clock import Clock, FakeClock, SystemClock
 from engine.crypto import SecretBox, mask
 from engine.dispatcher import DispatcherSettings
 from engine.domain import (
+    MAX_KEY_CHARS,
+    UNSET,
     BucketKey,
     BucketLevel,
     Limit,
@@ -20,9 +24,12 @@ from engine.domain import (
     NotificationState,
     Outcome,
     SendResult,
+    Unset,
+    is_text,
     parse_rate,
 )
 from engine.engine import Engine, EngineSettings, EngineState, SimulationProgress
+from engine.envelope import Window, worst_window
 from engine.errors import (
     ConfigError,
     Conflict,
@@ -34,12 +41,16 @@ from engine.errors import (
 from engine.limiter import Limiter, Reservation
 from engine.local_limiter import LocalLimiter
 from engine.policy import RetryPolicy
+from engine.present import MASKED_VALUE, fmt_limit, masked_secrets
 from engine.providers import BUILTIN_KINDS, Provider, ProviderConfig, ProviderFactory
 from engine.ratelimit import TokenBucket
 from engine.retention import DEFAULT_RETENTION, PruneReport, Retention, format_age, parse_age
 from engine.simulate import Pattern, predicted_drain_s
 from engine.store import (
+    AuditEntry,
+    DeliveryEntry,
     NotificationView,
+    PairLimit,
     ProviderRecord,
     Store,
     StoreSize,
@@ -52,12 +63,17 @@ from engine.telemetry import Counters, Snapshot, TenantDepth
 __all__ = [
     "BUILTIN_KINDS",
     "DEFAULT_RETENTION",
+    "MASKED_VALUE",
+    "MAX_KEY_CHARS",
+    "UNSET",
+    "AuditEntry",
     "BucketKey",
     "BucketLevel",
     "Clock",
     "ConfigError",
     "Conflict",
     "Counters",
+    "DeliveryEntry",
     "DispatcherSettings",
     "Engine",
     "EngineSettings",
@@ -72,12 +88,14 @@ __all__ = [
     "NotificationView",
     "OmniPostError",
     "Outcome",
+    "PairLimit",
     "Pattern",
     "Provider",
     "ProviderConfig",
     "ProviderFactory",
     "ProviderRecord",
     "PruneReport",
+    "RedisLimiter",
     "Reservation",
     "Retention",
     "RetryPolicy",
@@ -93,11 +111,31 @@ __all__ = [
     "TenantDepth",
     "TenantRecord",
     "TokenBucket",
+    "Unset",
+    "Window",
     "WorkerRecord",
+    "fmt_limit",
     "format_age",
+    "is_text",
     "mask",
+    "masked_secrets",
     "masked_url",
     "parse_age",
     "parse_rate",
     "predicted_drain_s",
+    "worst_window",
 ]
+
+
+if TYPE_CHECKING:
+    from engine.redis_limiter import RedisLimiter
+
+
+def __getattr__(name: str) -> object:
+    """``RedisLimiter`` on first use: it needs the optional redis package, which a store-only
+    or console-only install does not have (the ImportError then says so)."""
+    if name == "RedisLimiter":
+        from engine.redis_limiter import RedisLimiter
+
+        return RedisLimiter
+    raise AttributeError(f"module 'engine' has no attribute {name!r}")

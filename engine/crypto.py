@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
 from engine.errors import ConfigError, OmniPostError
+from engine.present import masked_secrets
 
 __all__ = ["SecretBox", "mask", "mask_mapping"]
 
@@ -83,4 +84,4 @@ def mask(value: str) -> str:
 
 def mask_mapping(secrets: dict[str, str]) -> dict[str, str]:
     """Secret names with their values hidden entirely, for listings."""
-    return dict.fromkeys(secrets, "********")
+    return masked_secrets(secrets)

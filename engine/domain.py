@@ -6,11 +6,12 @@ import enum
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from engine.errors import ConfigError
 
 __all__ = [
+    "MAX_KEY_CHARS",
     "UNSET",
     "BucketKey",
     "BucketLevel",
@@ -19,12 +20,19 @@ __all__ = [
     "NotificationState",
     "Outcome",
     "SendResult",
+    "Unset",
+    "check_recipient_and_key",
+    "is_text",
     "parse_rate",
     "validate_name",
 ]
 
 
-class _Unset(enum.Enum):
+class Unset(enum.Enum):
+    """The type of ``UNSET``: write ``limit: Limit | Unset | None = UNSET``, and ``limit is not
+    UNSET`` narrows it to ``Limit | None``. An enum of one member, so type checkers know there
+    is no other value (PEP 484's pattern for sentinels)."""
+
     UNSET = "unset"
 
     def __repr__(self) -> str:
@@ -33,7 +41,7 @@ class _Unset(enum.Enum):
 
 # "Leave this as it is" for optional arguments where None already means something ("remove the
 # limit"). One object shared by every layer, so it survives being passed along.
-UNSET: Any = _Unset.UNSET
+UNSET: Final = Unset.UNSET
 
 
 class NotificationState(enum.StrEnum):
@@ -193,3 +201,29 @@ def validate_name(kind: str, name: str) -> str:
             f"{kind} name {shown!r} is not valid; use 1-63 letters, digits, '_', '.' or '-'."
         )
     return name
+
+
+MAX_KEY_CHARS = 200  # an idempotency key's longest length
+
+
+def check_recipient_and_key(recipient: str, key: str | None) -> None:
+    """Raise ``ConfigError`` unless a notification may go to ``recipient`` with idempotency key
+    ``key`` (``None``: one is made up): a recipient is not empty, a key is 1 to
+    ``MAX_KEY_CHARS`` long, and both are valid Unicode text."""
+    if not recipient:
+        raise ConfigError("the recipient must not be empty.")
+    if key is not None and not 0 < len(key) <= MAX_KEY_CHARS:
+        raise ConfigError(f"an idempotency key must be 1 to {MAX_KEY_CHARS} characters.")
+    for what, text in (("the recipient", recipient), ("the idempotency key", key or "")):
+        if not is_text(text):  # undecodable bytes from a shell or a file: no UTF-8 form
+            raise ConfigError(f"{what} holds characters that are not valid Unicode text.")
+
+
+def is_text(text: str) -> bool:
+    """Whether ``text`` has a UTF-8 form: not so for lone surrogates, which is how Python keeps
+    bytes it could not decode (from ``argv``, a file, or a JSON escape such as ``"\\udcff"``)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

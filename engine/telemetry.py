@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from engine.clock import Clock
-from engine.domain import BucketLevel, Outcome
+from engine.domain import BucketLevel, NotificationState, Outcome
+from engine.store.records import DepthRow
 
-__all__ = ["Counters", "Snapshot", "Telemetry", "TenantDepth", "percentile"]
+__all__ = [
+    "Counters",
+    "Snapshot",
+    "Telemetry",
+    "TenantDepth",
+    "build_snapshot",
+    "percentile",
+    "tenant_depths",
+]
 
 _RATE_SPAN_S = 5
 
@@ -118,3 +128,70 @@ class Telemetry:
 
     def __repr__(self) -> str:
         return f"Telemetry({self.totals()})"
+
+
+def tenant_depths(
+    rows: Iterable[DepthRow], names: Mapping[int, str], now: float
+) -> tuple[TenantDepth, ...]:
+    """The store's depth rows gathered per tenant, in tenant id order; only tenants with a row
+    appear, a state without one counts 0, and a tenant missing from ``names`` is shown by its
+    id. The oldest queued notification's age is taken at ``now`` (unix s), never below 0."""
+    per: dict[int, dict[NotificationState, int]] = {}
+    oldest: dict[int, float | None] = {}
+    for row in rows:
+        per.setdefault(row.tenant_id, {})[row.state] = row.count
+        oldest.setdefault(row.tenant_id, None)
+        if row.state is NotificationState.QUEUED and row.oldest_enqueued_at is not None:
+            oldest[row.tenant_id] = max(0.0, now - row.oldest_enqueued_at)
+    return tuple(
+        TenantDepth(
+            tenant=names.get(tenant_id, str(tenant_id)),
+            queued=counts.get(NotificationState.QUEUED, 0),
+            leased=counts.get(NotificationState.LEASED, 0),
+            delivered=counts.get(NotificationState.DELIVERED, 0),
+            dead=counts.get(NotificationState.DEAD, 0),
+            oldest_queued_age_s=oldest[tenant_id],
+        )
+        for tenant_id, counts in sorted(per.items())
+    )
+
+
+def build_snapshot(
+    *,
+    now: float,
+    depth_rows: Iterable[DepthRow],
+    tenant_names: Mapping[int, str],
+    telemetry: Telemetry,
+    buckets: Iterable[BucketLevel],
+    state: str,
+    worker_id: str,
+    concurrency: int,
+    inflight: int,
+    limiter_backend: str,
+    workers: Iterable[str] = (),
+    failure: str | None = None,
+) -> Snapshot:
+    """One engine's figures at ``now`` (unix s): the queue from the store's depth rows (see
+    ``tenant_depths``), rates and latencies from ``telemetry`` as its clock reads now, and the
+    rest as given. Reads nothing else."""
+    p50, p95, p99 = telemetry.latency_percentiles()
+    return Snapshot(
+        ts=now,
+        state=state,
+        worker_id=worker_id,
+        concurrency=concurrency,
+        inflight=inflight,
+        limiter_backend=limiter_backend,
+        buckets=tuple(buckets),
+        depth=tenant_depths(depth_rows, tenant_names, now),
+        totals=telemetry.totals(),
+        delivered_per_s=telemetry.rate_per_s(Outcome.DELIVERED),
+        throttled_per_s=telemetry.rate_per_s(Outcome.THROTTLED),
+        failed_per_s=telemetry.rate_per_s(Outcome.TRANSIENT, Outcome.PERMANENT),
+        latency_p50_s=p50,
+        latency_p95_s=p95,
+        latency_p99_s=p99,
+        loop_lag_s=telemetry.loop_lag_s,
+        workers=tuple(workers),
+        failure=failure,
+    )

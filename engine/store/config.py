@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.crypto import SecretBox
-from engine.domain import UNSET, Limit, validate_name
+from engine.domain import UNSET, Limit, Unset, validate_name
 from engine.errors import Conflict, NotFound
 from engine.store.database import Database
 from engine.store.records import AuditEntry, PairLimit, ProviderRecord, TenantRecord, WorkerRecord
@@ -50,7 +50,7 @@ class ConfigRepo:
         self,
         name: str,
         *,
-        limit: Limit | None = UNSET,
+        limit: Limit | Unset | None = UNSET,
         enabled: bool | None = None,
         now: float,
         actor: str,
@@ -135,7 +135,7 @@ class ConfigRepo:
         name: str,
         *,
         kind: str | None = None,
-        limit: Limit | None = UNSET,
+        limit: Limit | Unset | None = UNSET,
         options: Mapping[str, str] | None = None,
         secrets: Mapping[str, str] | None = None,
         now: float,

@@ -1,0 +1,234 @@
+"""Reads of the queue whose cost does not grow with it: counts, due keys, listings.
+
+The counts come from ``queue_counts`` (kept by the triggers of migration 0003); everything else
+reads one bounded range of an index per tenant or key, however many rows the store keeps.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from engine.crypto import SecretBox, mask
+from engine.domain import NotificationState, Outcome
+from engine.store.database import Database
+from engine.store.records import DeliveryEntry, DepthRow, DueKey, NotificationView
+from engine.store.schema import delivery_log, notifications, queue_counts
+
+__all__ = ["DUE_CAP", "QueueReads"]
+
+N = notifications
+_QUEUED = NotificationState.QUEUED.value
+DUE_CAP = 1024  # due rows counted per key and refresh; the dispatcher needs at least a batch
+_KEYS_PER_QUERY = 100  # keys probed per UNION ALL (SQLite allows 500 terms in a compound)
+
+
+class QueueReads:
+    """The read side of the queue (``QueueRepo`` adds the writes)."""
+
+    def __init__(self, db: Database, box: SecretBox) -> None:
+        self._db = db
+        self._box = box
+
+    async def due_keys(self, now: float, tenant_ids: Sequence[int] | None = None) -> list[DueKey]:
+        """Every (tenant, provider) with queued work: how much is due now (counted up to
+        ``DUE_CAP``: the dispatcher only needs to know there is at least a batch), and when
+        the next falls due. Reads the counts and, per key, at most ``DUE_CAP`` index entries,
+        however deep the queue."""
+
+        async def tx(conn: AsyncConnection) -> list[DueKey]:
+            keys = [
+                (t, p)
+                for t, p, state, _n in await _counts(conn)
+                if state == _QUEUED and (tenant_ids is None or t in tenant_ids)
+            ]
+            found: list[DueKey] = []
+            for start in range(0, len(keys), _KEYS_PER_QUERY):
+                query = sa.union_all(
+                    *(_due_probe(t, p, now) for t, p in keys[start : start + _KEYS_PER_QUERY])
+                )
+                found.extend(
+                    DueKey(r[0], r[1], int(r[2]), float(r[3]))
+                    for r in await conn.execute(query)
+                    if r[3] is not None  # the count ran ahead of a concurrent claim
+                )
+            return found
+
+        return await self._db.read(tx) if tenant_ids is None or tenant_ids else []
+
+    async def depth(self) -> list[DepthRow]:
+        """Notifications per tenant and state, and the oldest enqueue time of each tenant's
+        queued ones: read from the counts and one index entry per tenant with queued work."""
+
+        async def tx(conn: AsyncConnection) -> list[DepthRow]:
+            per: dict[tuple[int, str], int] = {}
+            for t, _p, state, n in await _counts(conn):
+                per[t, state] = per.get((t, state), 0) + n
+            queued = sorted(t for (t, state), n in per.items() if state == _QUEUED and n > 0)
+            oldest: dict[int, float] = {}
+            for start in range(0, len(queued), _KEYS_PER_QUERY):
+                query = sa.union_all(
+                    *(_oldest_probe(t) for t in queued[start : start + _KEYS_PER_QUERY])
+                )
+                rows = await conn.execute(query)
+                oldest.update({r[0]: r[2] for r in rows if r[1] == _QUEUED})
+            return [
+                DepthRow(
+                    t, NotificationState(state), n, oldest.get(t) if state == _QUEUED else None
+                )
+                for (t, state), n in sorted(per.items())
+                if n > 0
+            ]
+
+        return await self._db.read(tx)
+
+    async def recount(self) -> list[DepthRow]:
+        """``depth`` the slow way, by scanning every row: what the tests compare the kept counts
+        with. Never on a hot path."""
+
+        async def tx(conn: AsyncConnection) -> list[DepthRow]:
+            query = (
+                sa.select(N.c.tenant_id, N.c.state, sa.func.count())
+                .group_by(N.c.tenant_id, N.c.state)
+                .order_by(N.c.tenant_id, N.c.state)
+            )
+            firsts = (
+                sa.select(sa.func.min(N.c.id)).where(N.c.state == _QUEUED).group_by(N.c.tenant_id)
+            )
+            oldest = sa.select(N.c.tenant_id, N.c.enqueued_at).where(N.c.id.in_(firsts))
+            first = {r[0]: r[1] for r in await conn.execute(oldest)}
+            return [
+                DepthRow(r[0], NotificationState(r[1]), int(r[2]), first.get(r[0]))
+                if r[1] == _QUEUED
+                else DepthRow(r[0], NotificationState(r[1]), int(r[2]), None)
+                for r in await conn.execute(query)
+            ]
+
+        return await self._db.read(tx)
+
+    async def get(self, tenant_id: int, notification_id: int) -> NotificationView | None:
+        async def tx(conn: AsyncConnection) -> NotificationView | None:
+            query = sa.select(N).where((N.c.tenant_id == tenant_id) & (N.c.id == notification_id))
+            row = (await conn.execute(query)).first()
+            return None if row is None else self._view(row)
+
+        return await self._db.read(tx)
+
+    async def list_by_tenant(
+        self,
+        tenant_id: int,
+        *,
+        state: NotificationState | None = None,
+        limit: int = 100,
+        after_id: int = 0,
+    ) -> list[NotificationView]:
+        """A tenant's notifications after ``after_id``, in id order: those in ``state``, or of
+        any state. Each state is one range of ``ix_notifications_tenant_state`` (any state is
+        the first ``limit`` of the four ranges merged), so a page costs the same however many
+        rows the tenant has."""
+        states = [state] if state is not None else list(NotificationState)
+
+        async def tx(conn: AsyncConnection) -> list[NotificationView]:
+            rows: list[sa.Row[Any]] = []
+            for one in states:
+                query = sa.select(N).where(_from_state(tenant_id, one.value, after_id))
+                found = await conn.execute(query.order_by(N.c.state, N.c.id).limit(limit))
+                rows += [r for r in found if r.state == one.value]
+            rows.sort(key=lambda r: r.id)
+            return [self._view(r) for r in rows[:limit]]
+
+        return await self._db.read(tx)
+
+    def _view(self, row: sa.Row[Any]) -> NotificationView:
+        return NotificationView(
+            id=row.id,
+            tenant_id=row.tenant_id,
+            provider_id=row.provider_id,
+            recipient_masked=mask(self._box.decrypt(row.recipient)),
+            payload=json.loads(row.payload),
+            idempotency_key=row.idempotency_key,
+            priority=row.priority,
+            state=NotificationState(row.state),
+            attempt=row.attempt,
+            failures=row.failures,
+            max_attempts=row.max_attempts,
+            available_at=row.available_at,
+            enqueued_at=row.enqueued_at,
+            finished_at=row.finished_at,
+            last_error=row.last_error,
+        )
+
+    async def deliveries(
+        self, tenant_id: int, *, notification_id: int | None = None, limit: int = 100
+    ) -> list[DeliveryEntry]:
+        async def tx(conn: AsyncConnection) -> list[DeliveryEntry]:
+            cond = delivery_log.c.tenant_id == tenant_id
+            if notification_id is not None:
+                cond &= delivery_log.c.notification_id == notification_id
+            query = (
+                sa.select(delivery_log).where(cond).order_by(delivery_log.c.id.desc()).limit(limit)
+            )
+            return [
+                DeliveryEntry(**{**r._mapping, "outcome": Outcome(r.outcome)})
+                for r in await conn.execute(query)
+            ]
+
+        return await self._db.read(tx)
+
+
+async def _counts(conn: AsyncConnection) -> list[tuple[int, int, str, int]]:
+    """(tenant, provider, state, rows) with rows != 0, summed over the shards."""
+    C = queue_counts
+    query = (
+        sa.select(C.c.tenant_id, C.c.provider_id, C.c.state, sa.func.sum(C.c.n))
+        .group_by(C.c.tenant_id, C.c.provider_id, C.c.state)
+        .having(sa.func.sum(C.c.n) != 0)
+    )
+    return [(r[0], r[1], r[2], int(r[3])) for r in await conn.execute(query)]
+
+
+def _due_probe(tenant_id: int, provider_id: int, now: float) -> sa.Select[Any]:
+    """One key's capped count of due rows and its earliest ``available_at``, each a range of
+    ``ix_notifications_queued_due``."""
+    key = (N.c.state == _QUEUED) & (N.c.tenant_id == tenant_id) & (N.c.provider_id == provider_id)
+    # Ordered as the index is, so that Postgres walks it rather than the whole table.
+    capped = (
+        sa.select(N.c.id)
+        .where(key & (N.c.available_at <= now))
+        .order_by(N.c.available_at)
+        .limit(DUE_CAP)
+        .subquery()
+    )
+    due = sa.select(sa.func.count()).select_from(capped).scalar_subquery()
+    first = sa.select(sa.func.min(N.c.available_at)).where(key).scalar_subquery()
+    return sa.select(
+        sa.literal(tenant_id, sa.Integer), sa.literal(provider_id, sa.Integer), due, first
+    )
+
+
+def _from_state(tenant_id: int, state: str, after_id: int) -> sa.ColumnElement[bool]:
+    """The tenant's rows from (``state``, ``after_id``) on, to be read in (state, id) order:
+    a range of ``ix_notifications_tenant_state`` that runs on into the states after ``state``,
+    so callers keep the rows of ``state`` and stop. Written as a row comparison because that
+    order is one only this index yields: with ``state = ? ORDER BY id`` Postgres may walk the
+    primary key and filter instead (it did, through a million rows of another tenant)."""
+    return (N.c.tenant_id == tenant_id) & (
+        sa.tuple_(N.c.state, N.c.id) > sa.tuple_(sa.literal(state), sa.literal(after_id))
+    )
+
+
+def _oldest_probe(tenant_id: int) -> sa.Select[Any]:
+    """(tenant, state, enqueued_at) of the tenant's lowest queued id (its oldest queued
+    notification; the state is another when it has none), one index entry."""
+    first = (
+        sa.select(N.c.tenant_id, N.c.state, N.c.enqueued_at)
+        .where(_from_state(tenant_id, _QUEUED, 0))
+        .order_by(N.c.state, N.c.id)
+        .limit(1)
+        .subquery()
+    )
+    return sa.select(first)
