@@ -1,4 +1,5 @@
-"""Where things live: the data directory, the store URL, the encryption keys."""
+"""Where things live: the data directory and the encryption keys (the store's URL is chosen
+in ``app.session``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import platformdirs
 
 from engine import ConfigError, SecretBox
 
-__all__ = ["Paths", "load_box", "resolve_db_url"]
+__all__ = ["Paths", "load_box"]
 
 KEY_FILE = "omnipost.keys"
 
@@ -32,20 +33,6 @@ class Paths:
     @property
     def key_file(self) -> Path:
         return self.data_dir / KEY_FILE
-
-
-def resolve_db_url(cli_value: str | None, paths: Paths) -> str:
-    """``--db``, else ``OMNIPOST_DB``, else the embedded SQLite file in the data directory
-    (whose folder is created)."""
-    url = cli_value or os.environ.get("OMNIPOST_DB")
-    if url:
-        if url.startswith("sqlite:///"):
-            folder = Path(url.removeprefix("sqlite:///")).expanduser().parent
-            if not folder.is_dir():
-                raise ConfigError(f"the folder of the SQLite store does not exist: {folder}.")
-        return url
-    paths.data_dir.mkdir(parents=True, exist_ok=True)
-    return paths.default_db_url
 
 
 def load_box(paths: Paths) -> SecretBox:

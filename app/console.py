@@ -10,37 +10,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import getpass
+import dataclasses
 import logging
-import os
-import signal
-import socket
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication
 
-from app.commands import Context
 from app.demo import DEMO_TENANTS, seed_demo
+from app.session import Context, actor, on_signals, store_url
 from app.wiring import build_engine, build_store
 from engine import Engine, Pattern
 from ui import Bridge, ConsoleSettings, MainWindow, load_settings, new_event_loop
 
-__all__ = ["actor", "application", "main", "run_console", "run_on_qt_loop"]
+__all__ = ["application", "main", "run_console", "run_on_qt_loop"]
 
 log = logging.getLogger(__name__)
-
-
-def actor() -> str:
-    """Who the audit log names for changes made here: ``console:user@host``."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "unknown"
-    return f"console:{user}@{socket.gethostname()}"[:100]
 
 
 def application(argv: Sequence[str] = ()) -> QApplication:
@@ -85,7 +72,7 @@ async def run_console(
 ) -> int:
     """Open the store and the engine (its limiter in Redis at ``redis_url`` when given), show
     the window, and run until it is closed. Returns 0, or 1 when the engine failed."""
-    who = actor()
+    who = actor("console")
     async with build_store(ctx.db_url, ctx.box) as store:
         await store.migrate()
 
@@ -108,17 +95,16 @@ async def run_console(
         closed = asyncio.Event()
         window.closing.connect(closed.set)
         app.aboutToQuit.connect(closed.set)
-        stop_signals = _on_signals(closed.set)  # Ctrl+C in the terminal closes cleanly too
-        window.show()
-        bridge.start_sampling()
-        if (settings.dispatch_on_open if dispatch is None else dispatch) or demo:
-            await bridge.start()
-        if demo:
-            tenants = [name for name, _ in DEMO_TENANTS]
-            bridge.simulate(tenants, "sms-sim", 400, Pattern.RAMP, 20.0)
-        await closed.wait()
-        window.hide()
-        stop_signals()
+        with on_signals(closed.set):  # Ctrl+C in the terminal closes cleanly too
+            window.show()
+            bridge.start_sampling()
+            if (settings.dispatch_on_open if dispatch is None else dispatch) or demo:
+                await bridge.start()
+            if demo:
+                tenants = [name for name, _ in DEMO_TENANTS]
+                bridge.simulate(tenants, "sms-sim", 400, Pattern.RAMP, 20.0)
+            await closed.wait()
+            window.hide()
         await bridge.aclose()
         failure = bridge.engine.failure
     if failure:
@@ -126,30 +112,14 @@ async def run_console(
     return 1 if failure else 0
 
 
-def _on_signals(callback: Callable[[], None]) -> Callable[[], None]:
-    """Call ``callback`` on SIGINT and SIGTERM (where the loop supports it); returns the undo."""
-    loop = asyncio.get_running_loop()
-    installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, callback)
-            installed.append(sig)
-
-    def undo() -> None:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
-
-    return undo
-
-
 def main(args: argparse.Namespace, ctx: Context) -> int:
     """``omnipost [console] [--demo] [--db URL]``."""
     app = application(sys.argv[:1])
     settings_store = QSettings("OmniPost", "Console")
     settings = load_settings(settings_store)
-    explicit = getattr(args, "db", None) or getattr(args, "db_top", None)
-    if settings.store_url and not (explicit or os.environ.get("OMNIPOST_DB")):
-        ctx = Context(paths=ctx.paths, db_url=settings.store_url, box=ctx.box)
+    if settings.store_url:  # the store the window saved, unless --db or OMNIPOST_DB names one
+        flag = getattr(args, "db", None) or getattr(args, "db_top", None)
+        ctx = dataclasses.replace(ctx, db_url=store_url(flag, ctx.paths, settings.store_url))
     coro = run_console(
         app,
         ctx,

@@ -67,7 +67,7 @@ async def seed_demo(engine: Engine) -> list[str]:
         if name not in providers:
             await engine.add_provider(name, "simulated", limit, options)
             added.append(name)
-    pairs = {(p.tenant, p.provider) for p in await engine.store.config.pair_limits()}
+    pairs = {(p.tenant, p.provider) for p in await engine.pair_limits()}
     for tenant, provider, limit in DEMO_PAIRS:
         if (tenant, provider) not in pairs:
             await engine.set_pair_limit(tenant, provider, limit)

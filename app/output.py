@@ -1,5 +1,6 @@
-"""Printing for the CLI: aligned tables for people, JSON for scripts. Secrets never reach here
-unmasked: callers pass masked values."""
+"""Printing for the CLI: aligned tables and short texts for people, JSON for scripts (each
+record's JSON form is in ``app.as_json``). Secrets never reach here unmasked: callers pass
+masked values."""
 
 from __future__ import annotations
 
@@ -8,16 +9,14 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from engine import Limit, Retention, format_age
+from engine import Retention, format_age
 
 __all__ = [
     "RETENTION_WINDOWS",
     "fmt_bytes",
-    "fmt_limit",
     "fmt_retention",
     "print_json",
     "print_table",
-    "retention_json",
 ]
 
 # Each retention window: its name on the command line, its field in Retention, what it keeps.
@@ -52,27 +51,11 @@ def print_json(value: Any) -> None:
     sys.stdout.write("\n")
 
 
-def fmt_limit(limit: Limit | None) -> str:
-    return "unlimited" if limit is None else f"{limit.rate_per_s:g}/s burst {limit.burst:g}"
-
-
-def limit_json(limit: Limit | None) -> dict[str, float] | None:
-    return None if limit is None else {"rate_per_s": limit.rate_per_s, "burst": limit.burst}
-
-
 def fmt_retention(retention: Retention) -> str:
     """``delivered 7d, dead 30d, log 7d, audit 90d``."""
     return ", ".join(
         f"{name} {format_age(getattr(retention, field))}" for name, field, _ in RETENTION_WINDOWS
     )
-
-
-def retention_json(retention: Retention) -> dict[str, dict[str, float | str | None]]:
-    """Each window by name: ``seconds`` (None keeps forever) and its ``text`` form."""
-    return {
-        name: {"seconds": getattr(retention, field), "text": format_age(getattr(retention, field))}
-        for name, field, _ in RETENTION_WINDOWS
-    }
 
 
 def fmt_bytes(count: int) -> str:

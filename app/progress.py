@@ -34,7 +34,7 @@ def summary_line(snap: Snapshot, elapsed_s: float, rate_per_s: float | None = No
 async def report_progress(engine: Engine, interval_s: float = 1.0) -> None:
     """Print one line every ``interval_s`` to stderr until cancelled."""
     start = last_t = time.monotonic()
-    last_delivered = engine.telemetry.totals().delivered
+    last_delivered = engine.totals().delivered
     while True:
         await asyncio.sleep(interval_s)
         snap = await engine.snapshot()

@@ -37,7 +37,7 @@ def build_engine(
     limiter: Limiter = LocalLimiter(clock)
     if redis_url:
         try:
-            from engine.redis_limiter import RedisLimiter
+            from engine import RedisLimiter
         except ImportError as exc:  # redis is an optional dependency
             raise ConfigError(
                 "--redis needs the redis package: pip install 'omnipost[redis]'."

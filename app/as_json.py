@@ -1,0 +1,112 @@
+"""The CLI's JSON form of each engine record: the record's own fields (``dataclasses.asdict``),
+less the store's internal ids, renamed only where ``--json`` has always used other names.
+Secrets never reach here unmasked."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
+
+from app.output import RETENTION_WINDOWS
+from engine import (
+    BucketLevel,
+    Limit,
+    NotificationView,
+    PairLimit,
+    ProviderRecord,
+    PruneReport,
+    Retention,
+    StoreSize,
+    TenantDepth,
+    TenantRecord,
+    WorkerRecord,
+    format_age,
+    masked_secrets,
+)
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+__all__ = [
+    "bucket_json",
+    "dead_json",
+    "depth_json",
+    "limit_json",
+    "pair_json",
+    "provider_json",
+    "prune_json",
+    "retention_json",
+    "size_json",
+    "tenant_json",
+    "worker_json",
+]
+
+JsonObject = dict[str, Any]
+
+
+def _fields(record: DataclassInstance, *, drop: Collection[str] = ()) -> JsonObject:
+    return {k: v for k, v in dataclasses.asdict(record).items() if k not in drop}
+
+
+def limit_json(limit: Limit | None) -> JsonObject | None:
+    """``{"rate_per_s": ..., "burst": ...}``, or None for no limit."""
+    return None if limit is None else _fields(limit)
+
+
+def tenant_json(tenant: TenantRecord) -> JsonObject:
+    return _fields(tenant, drop={"id"})
+
+
+def provider_json(provider: ProviderRecord) -> JsonObject:
+    """Its options as stored, and its secrets by name with every value masked."""
+    shown = _fields(provider, drop={"id", "secret_names", "secrets"})
+    return shown | {"secrets": masked_secrets(provider.secret_names)}
+
+
+def pair_json(pair: PairLimit) -> JsonObject:
+    return _fields(pair, drop={"tenant_id", "provider_id"})
+
+
+def worker_json(worker: WorkerRecord) -> JsonObject:
+    return _fields(worker, drop={"started_at"})
+
+
+def depth_json(depth: TenantDepth) -> JsonObject:
+    return _fields(depth)
+
+
+def bucket_json(level: BucketLevel) -> JsonObject:
+    """The bucket by its name (``tenant:acme``), with its level, burst and rate."""
+    return _fields(level, drop={"key", "blocked_for_s"}) | {"bucket": str(level.key)}
+
+
+def dead_json(tenant: str, view: NotificationView, provider: str | None) -> JsonObject:
+    """A dead notification, named by its tenant and provider; the recipient is masked."""
+    return {
+        "id": view.id,
+        "tenant": tenant,
+        "provider": provider,
+        "recipient": view.recipient_masked,
+        "key": view.idempotency_key,
+        "failures": view.failures,
+        "attempt": view.attempt,
+        "error": view.last_error,
+        "finished_at": view.finished_at,
+    }
+
+
+def size_json(size: StoreSize) -> JsonObject:
+    return _fields(size)
+
+
+def prune_json(report: PruneReport) -> JsonObject:
+    return _fields(report, drop={"complete"})
+
+
+def retention_json(retention: Retention) -> dict[str, dict[str, float | str | None]]:
+    """Each window by name: ``seconds`` (None keeps forever) and its ``text`` form."""
+    return {
+        name: {"seconds": getattr(retention, field), "text": format_age(getattr(retention, field))}
+        for name, field, _ in RETENTION_WINDOWS
+    }

@@ -1,0 +1,29 @@
+"""What every command shares: an engine on the run's store, acting as this user."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from app.session import Context, actor
+from app.wiring import build_engine, build_store
+from engine import Engine
+
+__all__ = ["open_engine"]
+
+
+@contextlib.asynccontextmanager
+async def open_engine(
+    ctx: Context, *, concurrency: int = 16, lease_s: float = 30.0, redis_url: str | None = None
+) -> AsyncIterator[Engine]:
+    """An opened engine on ``ctx``'s store (not dispatching until started), closed after."""
+    async with build_store(ctx.db_url, ctx.box) as store:
+        engine = build_engine(
+            store,
+            concurrency=concurrency,
+            lease_s=lease_s,
+            actor=actor("cli"),
+            redis_url=redis_url,
+        )
+        async with engine:
+            yield engine

@@ -1,0 +1,174 @@
+"""Configuration commands: the store's schema, tenants, providers and per-pair limits."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+
+from app.as_json import pair_json, provider_json, tenant_json
+from app.commands.base import open_engine
+from app.output import print_json, print_table
+from app.session import Context, actor
+from app.wiring import build_engine, build_store
+from engine import MASKED_VALUE, Limit, Outcome, fmt_limit, mask, masked_url
+
+__all__ = [
+    "KEEP",
+    "Keep",
+    "LimitChange",
+    "limit_list",
+    "limit_set",
+    "migrate",
+    "provider_add",
+    "provider_list",
+    "provider_set",
+    "provider_test",
+    "tenant_add",
+    "tenant_list",
+    "tenant_set",
+]
+
+
+class Keep(enum.Enum):
+    """No limit was asked for: leave the one configured as it is."""
+
+    LIMIT = "keep"
+
+
+KEEP = Keep.LIMIT
+LimitChange = Limit | None | Keep  # a new limit, None to remove it, or KEEP
+
+
+def _changes(limit: LimitChange) -> dict[str, Limit | None]:
+    return {} if isinstance(limit, Keep) else {"limit": limit}
+
+
+async def migrate(ctx: Context) -> int:
+    async with build_store(ctx.db_url, ctx.box) as store:
+        revision = await store.migrate()
+    print(f"store {masked_url(ctx.db_url)} is at revision {revision}")
+    return 0
+
+
+# -- tenants -------------------------------------------------------------------------------
+
+
+async def tenant_add(ctx: Context, name: str, limit: Limit | None, *, enabled: bool) -> int:
+    async with open_engine(ctx) as engine:
+        record = await engine.add_tenant(name, limit, enabled=enabled)
+    print(f"tenant {record.name} added: {fmt_limit(record.limit)}")
+    return 0
+
+
+async def tenant_set(
+    ctx: Context, name: str, *, limit: LimitChange = KEEP, enabled: bool | None = None
+) -> int:
+    async with open_engine(ctx) as engine:
+        record = await engine.update_tenant(name, enabled=enabled, **_changes(limit))
+    state = "enabled" if record.enabled else "disabled"
+    print(f"tenant {record.name}: {fmt_limit(record.limit)}, {state}")
+    return 0
+
+
+async def tenant_list(ctx: Context, *, as_json: bool = False) -> int:
+    async with open_engine(ctx) as engine:
+        tenants = await engine.tenants()
+    if as_json:
+        print_json([tenant_json(t) for t in tenants])
+        return 0
+    print_table(
+        ["TENANT", "LIMIT", "ENABLED"],
+        [(t.name, fmt_limit(t.limit), "yes" if t.enabled else "no") for t in tenants],
+    )
+    return 0
+
+
+# -- providers -----------------------------------------------------------------------------
+
+
+async def provider_add(
+    ctx: Context,
+    name: str,
+    kind: str,
+    limit: Limit | None,
+    options: Mapping[str, str],
+    secrets: Mapping[str, str],
+) -> int:
+    async with open_engine(ctx) as engine:
+        record = await engine.add_provider(name, kind, limit, options, secrets)
+    print(f"provider {record.name} ({record.kind}) added: {fmt_limit(record.limit)}")
+    return 0
+
+
+async def provider_set(
+    ctx: Context,
+    name: str,
+    *,
+    kind: str | None = None,
+    limit: LimitChange = KEEP,
+    options: Mapping[str, str] | None = None,
+    secrets: Mapping[str, str] | None = None,
+) -> int:
+    async with open_engine(ctx) as engine:
+        record = await engine.update_provider(
+            name, kind=kind, options=options or {}, secrets=secrets or {}, **_changes(limit)
+        )
+    print(f"provider {record.name} ({record.kind}): {fmt_limit(record.limit)}")
+    return 0
+
+
+async def provider_list(ctx: Context, *, as_json: bool = False) -> int:
+    async with open_engine(ctx) as engine:
+        providers = await engine.providers()
+    if as_json:
+        print_json([provider_json(p) for p in providers])
+        return 0
+    rows = [
+        (
+            p.name,
+            p.kind,
+            fmt_limit(p.limit),
+            " ".join(f"{k}={v}" for k, v in sorted(p.options.items())),
+            " ".join(f"{k}={MASKED_VALUE}" for k in p.secret_names),
+        )
+        for p in providers
+    ]
+    print_table(["PROVIDER", "KIND", "LIMIT", "OPTIONS", "SECRETS"], rows)
+    return 0
+
+
+async def provider_test(ctx: Context, name: str, recipient: str) -> int:
+    """Send one test message now; exit 1 unless it was delivered."""
+    async with open_engine(ctx) as engine:
+        result = await engine.test_send(name, recipient)
+    print(
+        f"test send to {mask(recipient)} via {name}: {result.outcome.value}"
+        + (f" ({result.detail})" if result.detail else "")
+    )
+    return 0 if result.outcome is Outcome.DELIVERED else 1
+
+
+# -- limits of one tenant on one provider --------------------------------------------------
+
+
+async def limit_set(ctx: Context, tenant: str, provider: str, limit: Limit | None) -> int:
+    async with open_engine(ctx) as engine:
+        await engine.set_pair_limit(tenant, provider, limit)
+    print(f"limit of {tenant} on {provider}: {fmt_limit(limit)}")
+    return 0
+
+
+async def limit_list(ctx: Context, *, as_json: bool = False) -> int:
+    async with build_store(ctx.db_url, ctx.box) as store:
+        await store.ensure_current()
+        # Not opened: opening builds every provider, which needs keys that open their
+        # secrets, and listing limits has never needed those.
+        engine = build_engine(store, actor=actor("cli"))
+        pairs = await engine.pair_limits()
+    if as_json:
+        print_json([pair_json(p) for p in pairs])
+        return 0
+    print_table(
+        ["TENANT", "PROVIDER", "LIMIT"], [(p.tenant, p.provider, fmt_limit(p.limit)) for p in pairs]
+    )
+    return 0

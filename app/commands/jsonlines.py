@@ -1,0 +1,115 @@
+"""Reading what ``enqueue`` is given: a payload, a priority, or a file of JSON lines, each
+checked fully before anything is queued."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from engine import ConfigError
+
+__all__ = ["Item", "check_priority", "parse_payload", "read_batch"]
+
+# One notification of a tenant, as ``Engine.enqueue_many`` takes it:
+# (provider, recipient, payload, key, priority).
+Item = tuple[str, str, dict[str, Any], str | None, int]
+
+# The store's priority column is a 32-bit integer on Postgres.
+_PRIORITY_MIN, _PRIORITY_MAX = -(2**31), 2**31 - 1
+_KEY_MAX = 200
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _loads(text: str) -> Any:
+    """``json.loads``, refusing NaN and Infinity; raises ValueError with a short reason."""
+    try:
+        return json.loads(text, parse_constant=_not_json)
+    except ValueError as exc:  # JSONDecodeError, or NaN/Infinity
+        raise ValueError(exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)) from None
+
+
+def parse_payload(text: str, where: str = "") -> dict[str, Any]:
+    """``--payload``: a JSON object, else ConfigError (prefixed by ``where``)."""
+    try:
+        value = _loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{where}the payload is not valid JSON ({exc}).") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}the payload must be a JSON object.")
+    return value
+
+
+def check_priority(priority: int, where: str = "") -> None:
+    """ConfigError unless ``priority`` fits the store's column."""
+    if not _PRIORITY_MIN <= priority <= _PRIORITY_MAX:
+        raise ConfigError(f"{where}the priority must be from {_PRIORITY_MIN} to {_PRIORITY_MAX}.")
+
+
+def read_batch(path: str) -> dict[str, list[Item]]:
+    """The notifications of the JSON-lines file at ``path`` (``-`` for stdin), by tenant.
+    Every line is checked before this returns, so a file is queued whole or not at all."""
+    by_tenant: dict[str, list[Item]] = {}
+    for number, line in enumerate(_read_lines(path), 1):
+        if line.strip():
+            tenant, item = _parse_line(number, line)
+            by_tenant.setdefault(tenant, []).append(item)
+    return by_tenant
+
+
+def _read_lines(path: str) -> Iterable[str]:
+    if path == "-":
+        return sys.stdin.read().splitlines()
+    try:
+        return Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}.") from None
+
+
+def _is_text(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _parse_line(number: int, line: str) -> tuple[str, Item]:
+    """One line: its tenant and its item; ConfigError naming the line when it is not good."""
+    where = f"line {number}: "
+    try:
+        obj = _loads(line)
+    except ValueError as exc:
+        raise ConfigError(f"{where}not valid JSON ({exc}).") from None
+    if not isinstance(obj, dict):
+        raise ConfigError(f"{where}expected a JSON object.")
+    for field in ("tenant", "provider", "recipient"):
+        if not isinstance(obj.get(field), str) or not obj[field]:
+            raise ConfigError(f"{where}{field!r} must be a non-empty string.")
+    payload = obj.get("payload", {})
+    if not isinstance(payload, dict):
+        raise ConfigError(f"{where}'payload' must be a JSON object.")
+    key = _key(obj.get("key"), where)
+    # A JSON escape such as "\udcff" has no UTF-8 form; found here, not after other lines
+    # of the file were written.
+    if not _is_text(obj["recipient"]) or not _is_text(key or ""):
+        raise ConfigError(f"{where}'recipient' and 'key' must be valid Unicode text.")
+    priority = obj.get("priority", 0)
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise ConfigError(f"{where}'priority' must be a whole number.")
+    check_priority(priority, where)
+    # A line without a key gets one from its content, so running a file twice adds nothing.
+    key = key or "file-" + hashlib.sha256(line.strip().encode()).hexdigest()[:32]
+    return obj["tenant"], (obj["provider"], obj["recipient"], payload, key, priority)
+
+
+def _key(key: object, where: str) -> str | None:
+    if key is None or (isinstance(key, str) and 0 < len(key) <= _KEY_MAX):
+        return key
+    raise ConfigError(f"{where}'key' must be a string of 1 to {_KEY_MAX} characters.")

@@ -1,0 +1,99 @@
+"""Queue commands: enqueue one notification or a file of them; list, retry or discard dead
+ones."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from app.as_json import dead_json
+from app.commands.base import open_engine
+from app.commands.jsonlines import check_priority, parse_payload, read_batch
+from app.output import print_json, print_table
+from app.session import Context
+
+__all__ = ["dead_list", "dead_repair", "enqueue", "enqueue_file"]
+
+
+async def enqueue(
+    ctx: Context,
+    tenant: str,
+    provider: str,
+    recipient: str,
+    *,
+    payload: str = "{}",
+    key: str | None = None,
+    priority: int = 0,
+) -> int:
+    """Queue one notification; ``payload`` is the JSON text of an object."""
+    body = parse_payload(payload)
+    check_priority(priority)
+    async with open_engine(ctx) as engine:
+        result = await engine.enqueue(tenant, provider, recipient, body, key=key, priority=priority)
+    word = "already queued as" if result.duplicate else "queued as"
+    print(f"{word} {result.id} (key {result.idempotency_key})")
+    return 0
+
+
+async def enqueue_file(ctx: Context, path: str) -> int:
+    """Queue every line of a JSON-lines file (``-``: stdin): all of them, or none when a line
+    or a name is bad. Lines of different tenants are written in separate transactions."""
+    by_tenant = read_batch(path)
+    async with open_engine(ctx) as engine:
+        for tenant, items in by_tenant.items():  # check every name before writing anything
+            await engine.check_names(providers=sorted({item[0] for item in items}))
+            await engine.check_names(tenants=[tenant])
+        fresh = duplicates = 0
+        for tenant, items in by_tenant.items():
+            results = await engine.enqueue_many(tenant, items)
+            duplicates += sum(r.duplicate for r in results)
+            fresh += sum(not r.duplicate for r in results)
+    print(f"queued {fresh}, already queued {duplicates}")
+    return 0
+
+
+async def dead_list(ctx: Context, tenant: str | None = None, *, as_json: bool = False) -> int:
+    async with open_engine(ctx) as engine:
+        rows = await engine.dead(tenant)
+        names = {p.id: p.name for p in await engine.providers()}
+    if as_json:
+        print_json([dead_json(t, v, names.get(v.provider_id)) for t, v in rows])
+        return 0
+    print_table(
+        ["ID", "TENANT", "PROVIDER", "RECIPIENT", "ATTEMPTS", "ERROR"],
+        [
+            (
+                v.id,
+                t,
+                names.get(v.provider_id),
+                v.recipient_masked,
+                v.attempt,
+                (v.last_error or "")[:60],
+            )
+            for t, v in rows
+        ],
+    )
+    return 0
+
+
+async def dead_repair(
+    ctx: Context, ids: Sequence[int] | None, *, retry: bool, tenant: str | None = None
+) -> int:
+    """Queue again (``retry``) or discard the dead notifications ``ids`` (None: every one, of
+    ``tenant`` when given). Exit 2 when some of the IDs were not dead ones."""
+    async with open_engine(ctx) as engine:
+        if retry:
+            count = await engine.retry_dead(ids, tenant=tenant)
+        else:
+            count = await engine.discard_dead(ids, tenant=tenant)
+    verb = "queued again" if retry else "discarded"
+    print(f"{count} dead notification{'s' if count != 1 else ''} {verb}")
+    if ids is not None and count < len(set(ids)):
+        print(
+            f"omnipost: {len(set(ids)) - count} of the IDs are not dead notifications"
+            + (f" of {tenant}" if tenant else "")
+            + ".",
+            file=sys.stderr,
+        )
+        return 2
+    return 0

@@ -1,0 +1,144 @@
+"""Run commands: a worker that dispatches, a simulated burst, and the demo. Each runs until
+its work is done, its time is up, or SIGINT/SIGTERM, then stops the engine cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.commands.base import open_engine
+from app.demo import seed_demo
+from app.progress import report_progress, summary_line
+from app.session import Context, on_signals
+from app.wiring import build_store
+from engine import ConfigError, Engine, Pattern, masked_url
+
+__all__ = ["Burst", "WorkerRun", "demo", "simulate", "worker"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRun:
+    """How ``worker`` runs: until the queue is empty, for ``duration_s``, or until stopped."""
+
+    concurrency: int = 16
+    lease_s: float = 30.0
+    until_empty: bool = False
+    duration_s: float | None = None
+    quiet: bool = False
+    redis_url: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Burst:
+    """What ``simulate`` enqueues (``count`` for each tenant) and how it dispatches it."""
+
+    tenants: Sequence[str]
+    provider: str
+    count: int
+    pattern: Pattern = Pattern.SPIKE
+    duration_s: float = 0.0
+    concurrency: int = 16
+    dispatch: bool = True
+    redis_url: str | None = None
+
+
+async def worker(ctx: Context, run: WorkerRun) -> int:
+    """Dispatch until done; exit 1 when the engine stopped on a failure."""
+    start = time.monotonic()
+    async with open_engine(
+        ctx, concurrency=run.concurrency, lease_s=run.lease_s, redis_url=run.redis_url
+    ) as engine:
+        await engine.start()
+        if not run.quiet:
+            print(
+                f"worker {engine.worker_id} on {masked_url(ctx.db_url)}, "
+                f"concurrency {run.concurrency}",
+                file=sys.stderr,
+            )
+        waits: list[asyncio.Future[Any]] = []
+        if run.until_empty:
+            waits.append(asyncio.ensure_future(engine.run_until_empty()))
+        if run.duration_s:
+            waits.append(asyncio.ensure_future(asyncio.sleep(run.duration_s)))
+        await _run_until(engine, waits, quiet=run.quiet)
+        await engine.stop()
+        snap = await engine.snapshot()
+    print(summary_line(snap, time.monotonic() - start))
+    if engine.failure:
+        print(f"omnipost: the worker stopped: {engine.failure}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def simulate(ctx: Context, burst: Burst) -> int:
+    """Enqueue ``burst`` and, unless told not to, dispatch until it is delivered."""
+    if not burst.tenants:
+        raise ConfigError("name at least one tenant.")
+    start = time.monotonic()
+    async with open_engine(ctx, concurrency=burst.concurrency, redis_url=burst.redis_url) as engine:
+        # Every name is checked before the engine starts, so bad input dispatches nothing.
+        await engine.check_names(tenants=burst.tenants, providers=[burst.provider])
+        if burst.dispatch:
+            await engine.start()
+        sim = asyncio.ensure_future(
+            engine.simulate(
+                burst.tenants,
+                burst.provider,
+                burst.count,
+                pattern=burst.pattern,
+                duration_s=burst.duration_s,
+            )
+        )
+        waits: list[asyncio.Future[Any]] = [sim]
+        if burst.dispatch:
+            waits = [asyncio.ensure_future(_after(sim, engine.run_until_empty))]
+        await _run_until(engine, waits, quiet=False)
+        if sim.done() and not sim.cancelled() and sim.exception() is not None:
+            raise sim.exception()  # type: ignore[misc]
+        await engine.stop()
+        snap = await engine.snapshot()
+    print(summary_line(snap, time.monotonic() - start))
+    return 1 if engine.failure else 0
+
+
+async def demo(ctx: Context, count: int) -> int:
+    """Create demo tenants and simulated providers (once), then run a live burst."""
+    async with build_store(ctx.db_url, ctx.box) as store:
+        await store.migrate()
+    async with open_engine(ctx, concurrency=32) as engine:
+        await seed_demo(engine)
+    print(
+        "demo: tenants acme (50/s), globex (20/s), initech (unlimited); provider sms-sim (60/s)",
+        file=sys.stderr,
+    )
+    burst = Burst(("acme", "globex", "initech"), "sms-sim", count, concurrency=32)
+    return await simulate(ctx, burst)
+
+
+async def _run_until(engine: Engine, waits: list[asyncio.Future[Any]], *, quiet: bool) -> None:
+    """Wait for the first of ``waits``, a signal, or the engine stopping; then cancel the
+    rest. Prints progress lines meanwhile unless ``quiet``."""
+    stop = asyncio.Event()
+    with on_signals(stop.set):
+        tasks = [
+            *waits,
+            asyncio.ensure_future(stop.wait()),
+            asyncio.ensure_future(engine.wait_stopped()),
+        ]
+        # Progress is not waited on: it runs until cancelled, and its failing ends nothing.
+        side = [] if quiet else [asyncio.ensure_future(report_progress(engine))]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in [*tasks, *side]:
+                task.cancel()
+            await asyncio.gather(*tasks, *side, return_exceptions=True)
+
+
+async def _after(first: asyncio.Future[Any], then: Callable[[], Awaitable[Any]]) -> Any:
+    await first
+    return await then()

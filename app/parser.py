@@ -1,0 +1,295 @@
+"""The command line's grammar: every command and its flags, each value checked as it is
+read. A usage error is one sentence on stderr and exit 2 (``app.cli`` runs the commands)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import sys
+from typing import Any, NoReturn
+
+from app.output import RETENTION_WINDOWS
+from engine import ConfigError, Pattern, parse_age
+
+__all__ = ["EXIT_USAGE", "build_parser", "one_line"]
+
+EXIT_USAGE = 2
+
+_MESSAGE_MAX = 300
+
+
+def one_line(message: str) -> str:
+    """``message`` as one printable line of at most about 300 characters: messages echo what
+    was typed, which may hold newlines, control characters or 100 KB."""
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
+    if len(text) > _MESSAGE_MAX:
+        half = _MESSAGE_MAX // 2
+        text = f"{text[:half]}...{text[-half:]}"
+    return text
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("omnipost")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: {one_line(message)} (see `{self.prog} --help`).\n")
+        raise SystemExit(EXIT_USAGE)
+
+    def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> Any:
+        # Python 3.11 reads "--rate=--" as the end of the options and hands the handler an
+        # empty list instead of a string; refuse it as a missing value.
+        if arg_strings == ["--"] and action.option_strings and action.nargs is None:
+            self.error(f"argument {'/'.join(action.option_strings)}: expected one argument")
+        return super()._get_values(action, arg_strings)
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text[:40]!r}")
+    return key, value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text[:40]!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text[:40]!r}") from None
+
+
+def _seconds(text: str, *, zero_ok: bool = False) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text[:40]!r}") from None
+    if not (0 <= value < 1e7 if zero_ok else 0 < value < 1e7):
+        least = "0 or more" if zero_ok else "above 0"
+        raise argparse.ArgumentTypeError(f"must be a number of seconds {least}, got {text[:40]!r}")
+    return value
+
+
+def _seconds_or_zero(text: str) -> float:
+    return _seconds(text, zero_ok=True)
+
+
+def _age(text: str) -> float | None:
+    """An AGE such as ``12h`` or ``7d`` in seconds; ``0`` keeps forever (None)."""
+    try:
+        return parse_age(text)
+    except ConfigError as exc:  # the parser adds "(see --help)." after the sentence
+        raise argparse.ArgumentTypeError(exc.message.rstrip(".")) from None
+
+
+def _redis_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--redis",
+        metavar="URL",
+        default=os.environ.get("OMNIPOST_REDIS") or None,
+        help="redis://... to share rate limits with other workers (default: $OMNIPOST_REDIS,"
+        " else limits are kept in this process)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _Parser(add_help=False)
+    common.add_argument(
+        "--db",
+        metavar="URL",
+        help="sqlite:///PATH or postgresql://... "
+        "(default: $OMNIPOST_DB, else a SQLite file in the data directory)",
+    )
+    common.add_argument("-v", "--verbose", action="store_true", help="log more")
+    parser = _Parser(
+        prog="omnipost", description="Rate-limited multi-tenant notification dispatch."
+    )
+    parser.add_argument("--version", action="version", version=f"omnipost {_version()}")
+    parser.add_argument("--db", dest="db_top", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--demo", action="store_true", help=argparse.SUPPRESS)  # for the console
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = False  # no command: open the console
+    parser.set_defaults(verbose=False, db=None, demo=False, redis=None, gui="console")
+
+    sub.add_parser("migrate", parents=[common], help="create or upgrade the store's schema")
+
+    _tenant_parsers(sub, common)
+    _provider_parsers(sub, common)
+
+    limit = sub.add_parser("limit", help="per (tenant, provider) limits").add_subparsers(
+        dest="action", metavar="ACTION", parser_class=_Parser
+    )
+    limit.required = True
+    p = limit.add_parser(
+        "set", parents=[common], help="set the limit of one tenant on one provider"
+    )
+    p.add_argument("tenant")
+    p.add_argument("provider")
+    p.add_argument("--rate", help="N, N/s, N/min or N/h")
+    p.add_argument("--burst", type=float)
+    p.add_argument("--clear", action="store_true", help="remove the limit")
+    p = limit.add_parser("list", parents=[common], help="list pair limits")
+    p.add_argument("--json", action="store_true")
+
+    _run_parsers(sub, common)
+    _dead_parsers(sub, common)
+    _retention_parsers(sub, common)
+    _console_parsers(sub, common)
+    return parser
+
+
+def _console_parsers(sub: Any, common: _Parser) -> None:
+    p = sub.add_parser("console", parents=[common], help="open the operator's console (default)")
+    p.add_argument("--demo", action="store_true", help="set up demo data and start a burst")
+    p.add_argument(
+        "--no-dispatch",
+        action="store_true",
+        help="only watch: this console's own engine dispatches nothing until you press Start",
+    )
+    _redis_arg(p)
+    p.set_defaults(gui="console")
+    p = sub.add_parser(
+        "self-test", parents=[common], help="run a short burst through the console, offscreen"
+    )
+    p.add_argument("--screenshot", metavar="PATH", help="save the main window as a PNG here")
+    p.set_defaults(gui="selftest")
+
+
+def _run_parsers(sub: Any, common: _Parser) -> None:
+    p = sub.add_parser("enqueue", parents=[common], help="queue notifications")
+    p.add_argument("tenant", nargs="?")
+    p.add_argument("provider", nargs="?")
+    p.add_argument("recipient", nargs="?")
+    p.add_argument("--payload", default="{}", help="a JSON object")
+    p.add_argument("--key", help="idempotency key (unique per tenant)")
+    p.add_argument("--priority", type=_int, default=0)
+    p.add_argument(
+        "--file", help="JSON lines of tenant, provider, recipient, payload, key; - is stdin"
+    )
+
+    p = sub.add_parser("worker", parents=[common], help="dispatch queued notifications")
+    p.add_argument("--concurrency", type=_positive_int, default=16)
+    p.add_argument("--until-empty", action="store_true", help="exit when nothing is left to do")
+    p.add_argument("--duration", type=_seconds, help="exit after this many seconds")
+    p.add_argument("--lease-s", type=_seconds, default=30.0, help="lease length in seconds")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    _redis_arg(p)
+
+    p = sub.add_parser("simulate", parents=[common], help="enqueue a burst and dispatch it live")
+    p.add_argument("tenant", help="a tenant, or several separated by commas")
+    p.add_argument("provider")
+    p.add_argument("--count", type=_positive_int, required=True, help="notifications per tenant")
+    p.add_argument("--pattern", choices=[x.value for x in Pattern], default="spike")
+    p.add_argument(
+        "--duration", type=_seconds_or_zero, default=0.0, help="seconds over which to enqueue"
+    )
+    p.add_argument("--concurrency", type=_positive_int, default=16)
+    p.add_argument("--no-dispatch", action="store_true", help="only enqueue")
+    _redis_arg(p)
+
+    p = sub.add_parser("demo", parents=[common], help="set up demo tenants and run a live burst")
+    p.add_argument("--count", type=_positive_int, default=300)
+
+    p = sub.add_parser("stats", parents=[common], help="queue depth, throughput, workers, limits")
+    p.add_argument("--json", action="store_true")
+    _redis_arg(p)
+
+
+def _limit_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rate", help="N, N/s, N/min or N/h")
+    p.add_argument("--burst", type=float, help="tokens that may be saved up (default: 1 s worth)")
+    p.add_argument("--unlimited", action="store_true", help="remove the limit")
+
+
+def _tenant_parsers(sub: Any, common: _Parser) -> None:
+    tenant = sub.add_parser("tenant", help="tenants and their limits").add_subparsers(
+        dest="action", metavar="ACTION", parser_class=_Parser
+    )
+    tenant.required = True
+    for action in ("add", "set"):
+        p = tenant.add_parser(action, parents=[common], help=f"{action} a tenant")
+        p.add_argument("name")
+        _limit_args(p)
+        group = p.add_mutually_exclusive_group()
+        group.add_argument("--disable", dest="enabled", action="store_false", default=None)
+        group.add_argument("--enable", dest="enabled", action="store_true")
+    p = tenant.add_parser("list", parents=[common], help="list tenants")
+    p.add_argument("--json", action="store_true")
+
+
+def _provider_parsers(sub: Any, common: _Parser) -> None:
+    provider = sub.add_parser("provider", help="delivery providers").add_subparsers(
+        dest="action", metavar="ACTION", parser_class=_Parser
+    )
+    provider.required = True
+    for action in ("add", "set"):
+        p = provider.add_parser(action, parents=[common], help=f"{action} a provider")
+        p.add_argument("name")
+        p.add_argument("--kind", required=action == "add", help="simulated, file, webhook or smtp")
+        _limit_args(p)
+        p.add_argument(
+            "--option", type=_key_value, action="append", default=[], metavar="KEY=VALUE"
+        )
+        p.add_argument(
+            "--secret", type=_key_value, action="append", default=[], metavar="KEY=VALUE"
+        )
+    p = provider.add_parser("list", parents=[common], help="list providers (secrets masked)")
+    p.add_argument("--json", action="store_true")
+    p = provider.add_parser("test", parents=[common], help="send one test message now")
+    p.add_argument("name")
+    p.add_argument("recipient")
+
+
+def _dead_parsers(sub: Any, common: _Parser) -> None:
+    dead = sub.add_parser("dead", help="dead notifications").add_subparsers(
+        dest="action", metavar="ACTION", parser_class=_Parser
+    )
+    dead.required = True
+    p = dead.add_parser("list", parents=[common], help="list dead notifications")
+    p.add_argument("--tenant")
+    p.add_argument("--json", action="store_true")
+    for action in ("retry", "discard"):
+        p = dead.add_parser(action, parents=[common], help=f"{action} dead notifications")
+        p.add_argument("ids", nargs="*", type=_positive_int, metavar="ID")
+        p.add_argument("--tenant")
+        p.add_argument("--all", action="store_true", help="every dead one (of --tenant)")
+
+
+def _retention_parsers(sub: Any, common: _Parser) -> None:
+    retention = sub.add_parser(
+        "retention", help="how long finished notifications and logs are kept"
+    ).add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    retention.required = True
+    p = retention.add_parser(
+        "show", parents=[common], help="the retention windows and the store's size"
+    )
+    p.add_argument("--json", action="store_true")
+    p = retention.add_parser(
+        "set", parents=[common], help="change retention windows, for every process"
+    )
+    for name, field, keeps in RETENTION_WINDOWS:
+        p.add_argument(
+            f"--{name}",
+            dest=field,
+            type=_age,
+            default=argparse.SUPPRESS,  # absent: unchanged (None means forever)
+            metavar="AGE",
+            help=f"how long to keep {keeps} (12h, 7d, 2w; 0 keeps forever)",
+        )
+    p = sub.add_parser("prune", parents=[common], help="delete what retention keeps no longer")
+    p.add_argument("--dry-run", action="store_true", help="count what would go; delete nothing")
+    p.add_argument("--json", action="store_true")
