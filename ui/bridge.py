@@ -1,25 +1,23 @@
 """The one bridge between Qt and the engine (qasync's ``examples/qml_httpx/service.py`` shape).
 
-``Bridge`` holds the engine, samples ``engine.snapshot()`` on a ``QTimer``, keeps the plots'
-history, and emits a signal only when what it carries changed. Views never touch the engine:
-they read the signals and call the commands below, each a qasync ``asyncSlot`` that returns its
-task. A command that fails emits ``error`` with one sentence; nothing raises into Qt.
+``Bridge`` is the ``Sampler`` (``ui.sampler``: it samples the engine on a timer and emits a
+signal only when what it carries changed) plus the commands the views call. Views never touch
+the engine: they read the signals and call the commands below, each a qasync ``asyncSlot`` that
+returns its task. A command that fails emits ``error`` with one sentence; nothing raises into Qt.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import Any, Concatenate, ParamSpec, TypeVar, cast
+from typing import Any, Concatenate, ParamSpec, cast
 
 import qasync
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Signal
 
 from engine import (
     Engine,
@@ -29,40 +27,19 @@ from engine import (
     OmniPostError,
     Outcome,
     Pattern,
-    ProviderRecord,
     SimulationProgress,
-    Snapshot,
-    TenantRecord,
-    WorkerRecord,
     format_age,
     mask,
 )
-from ui.history import History
-from ui.logfeed import LogFeed
-from ui.state import (
-    QueueRow,
-    RateMeter,
-    Rates,
-    SimulationStatus,
-    Status,
-    StoreStatus,
-    predict_drain,
-)
+from ui.sampler import Sampler
 
 __all__ = ["Bridge", "EngineFactory"]
 
 log = logging.getLogger(__name__)
 
 P = ParamSpec("P")
-T = TypeVar("T")
 EngineFactory = Callable[[], Awaitable[Engine]]
 DemoSeeder = Callable[[Engine], Awaitable[object]]
-
-_CONFIG_EVERY_S = 2.0  # tenants, providers, limits: also changed by other processes
-_WORKERS_EVERY_S = 2.0
-_LOG_EVERY_S = 1.0
-_QUEUE_EVERY_S = 2.0
-_STORE_EVERY_S = 15.0  # retention, size, last prune: they change slowly; keep off the tick
 
 
 def command(
@@ -85,23 +62,10 @@ def command(
     return cast("Callable[Concatenate[Bridge, P], asyncio.Task[None]]", slot)
 
 
-class Bridge(QObject):
-    sampled = Signal(object)  # Snapshot; the history already holds it
-    state_changed = Signal(str)
-    status_changed = Signal(object)  # Status
-    tenants_changed = Signal(object)  # list[TenantRecord]
-    providers_changed = Signal(object)  # list[ProviderRecord]
-    limits_changed = Signal(object)  # dict[str, Limit]: "tenant:T", "provider:P", "pair:T/P"
-    workers_changed = Signal(object)  # list[WorkerRecord]
-    queue_changed = Signal(object)  # list[QueueRow]
-    log_added = Signal(object)  # list[LogEntry], oldest first
-    simulation_changed = Signal(object)  # SimulationStatus
-    retention_changed = Signal(object)  # Retention
-    store_changed = Signal(object)  # StoreStatus
+class Bridge(Sampler):
     pruned = Signal(object)  # PruneReport of this console's "prune now"
     test_sent = Signal(str)
     notice = Signal(str)
-    error = Signal(str)
 
     def __init__(
         self,
@@ -113,208 +77,14 @@ class Bridge(QObject):
         history_s: float = 300.0,
         parent: QObject | None = None,
     ) -> None:
-        super().__init__(parent)
-        self._engine = engine
+        super().__init__(engine, interval_ms=interval_ms, history_s=history_s, parent=parent)
         self._reopen = reopen
         self._seed_demo = seed_demo
-        self.history = History(max(2, round(history_s * 1000 / interval_ms)))
-        self.feed = LogFeed()
-        self._meter = RateMeter()
-        self.rates = Rates()
-        self._timer = QTimer(self)
-        self._timer.setInterval(interval_ms)
-        self._timer.timeout.connect(self._tick)
-        self._sampling: asyncio.Task[None] | None = None
-        self._due: dict[str, float] = {}
-        self._last: dict[str, object] = {}
-        self._tenants: list[TenantRecord] = []
-        self._providers: list[ProviderRecord] = []
-        self._workers: list[WorkerRecord] = []
-        self._limits: dict[str, Limit] = {}
-        self._queue_query: tuple[str | None, NotificationState | None, int] | None = None
-        self._sim: SimulationStatus | None = None
         self._sim_task: asyncio.Task[int] | None = None
-        self._sim_started = 0.0
-        self._sim_enqueued_at = math.inf  # wall time the burst's last enqueue was written
-        self._tasks: set[asyncio.Task[Any]] = set()
-
-    # -- reading ---------------------------------------------------------------------------
-
-    @property
-    def engine(self) -> Engine:
-        return self._engine
-
-    @property
-    def tenants(self) -> list[TenantRecord]:
-        return list(self._tenants)
-
-    @property
-    def providers(self) -> list[ProviderRecord]:
-        return list(self._providers)
-
-    @property
-    def limits(self) -> dict[str, Limit]:
-        return dict(self._limits)
 
     @property
     def can_seed_demo(self) -> bool:
         return self._seed_demo is not None
-
-    @property
-    def interval_ms(self) -> int:
-        return self._timer.interval()
-
-    @property
-    def live(self) -> bool:
-        """True while sampling on the timer."""
-        return self._timer.isActive()
-
-    @property
-    def sampling(self) -> bool:
-        """True while a sample is being taken."""
-        return self._sampling is not None and not self._sampling.done()
-
-    def _changed(self, name: str, value: object) -> bool:
-        """Remember ``value`` under ``name``; True when it differs from the last one."""
-        if name in self._last and self._last[name] == value:
-            return False
-        self._last[name] = value
-        return True
-
-    def _every(self, name: str, period_s: float) -> bool:
-        now = time.monotonic()
-        if now < self._due.get(name, 0.0):
-            return False
-        self._due[name] = now + period_s
-        return True
-
-    def report_error(self, sentence: str) -> None:
-        self.feed.error(sentence)
-        self.error.emit(sentence)
-
-    # -- sampling --------------------------------------------------------------------------
-
-    def start_sampling(self) -> None:
-        """Sample now and then every ``interval_ms``; also listens to the engine's log."""
-        self.feed.attach()
-        self._timer.start()
-        self._tick()
-
-    def stop_sampling(self) -> None:
-        self._timer.stop()
-        self.feed.detach()
-
-    def set_interval(self, interval_ms: int, history_s: float | None = None) -> None:
-        """Sample every ``interval_ms`` and keep ``history_s`` seconds (default: as much time
-        as before) of history."""
-        keep_s = history_s if history_s is not None else self.history_s
-        self._timer.setInterval(interval_ms)
-        self.history.resize(max(2, round(keep_s * 1000 / interval_ms)))
-
-    @property
-    def history_s(self) -> float:
-        return self.history.capacity * self._timer.interval() / 1000
-
-    def _tick(self) -> None:
-        if self._sampling is None or self._sampling.done():
-            self._sampling = self._spawn(self.sample())
-
-    def _spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    async def sample(self) -> None:
-        """Take one snapshot into the history and emit what changed. Store errors are shown
-        once, not raised."""
-        try:
-            snap = await self._engine.snapshot()
-            self._record(snap)
-            self.sampled.emit(snap)
-            self._emit_status(snap)
-            await self._poll(snap)
-        except OmniPostError as exc:
-            if self._changed("sample-error", exc.message):
-                self.report_error(exc.message)
-            return
-        self._last.pop("sample-error", None)
-
-    def _record(self, snap: Snapshot) -> None:
-        rates = self.rates = self._meter.update(snap.ts, snap.totals)
-        values: dict[str, float | None] = {
-            "delivered_per_s": rates.delivered_per_s,
-            "throttled_per_s": rates.throttled_per_s,
-            "failed_per_s": rates.failed_per_s,
-            "p50_ms": None if snap.latency_p50_s is None else snap.latency_p50_s * 1000,
-            "p95_ms": None if snap.latency_p95_s is None else snap.latency_p95_s * 1000,
-            "p99_ms": None if snap.latency_p99_s is None else snap.latency_p99_s * 1000,
-            "lag_ms": snap.loop_lag_s * 1000,
-        }
-        for level in snap.buckets:
-            values[f"fill:{level.key}"] = level.fill * 100
-        for tenant in self._tenants:
-            values[f"queued:{tenant.name}"] = 0.0
-        for depth in snap.depth:
-            values[f"queued:{depth.tenant}"] = float(depth.queued)
-        self.history.append(snap.ts, values)
-
-    def _emit_status(self, snap: Snapshot) -> None:
-        if self._changed("state", snap.state):
-            self.state_changed.emit(snap.state)
-        status = Status(
-            store=self._engine.store.url_masked,
-            limiter_backend=snap.limiter_backend,
-            state=snap.state,
-            loop_lag_ms=round(snap.loop_lag_s * 1000),
-            workers=len(self._workers),
-            totals=snap.totals,
-            failure=snap.failure,
-        )
-        if self._changed("status", status):
-            self.status_changed.emit(status)
-
-    async def _poll(self, snap: Snapshot) -> None:
-        if self._every("config", _CONFIG_EVERY_S):
-            await self.reload_config()
-        if self._every("workers", _WORKERS_EVERY_S):
-            self._workers = await self._engine.workers()
-            if self._changed("workers", self._workers):
-                self.workers_changed.emit(list(self._workers))
-        if self._every("log", _LOG_EVERY_S):
-            activity = {d.tenant: (d.queued, d.leased, d.delivered, d.dead) for d in snap.depth}
-            await self.feed.poll(self._engine, {t.id: t.name for t in self._tenants}, activity)
-        entries = self.feed.take()
-        if entries:
-            self.log_added.emit(entries)
-        if self._queue_query is not None and self._every("queue", _QUEUE_EVERY_S):
-            await self._load_queue(*self._queue_query)
-        if self._every("store", _STORE_EVERY_S):
-            await self.reload_store()
-        self._check_simulation(snap)
-
-    async def reload_config(self) -> None:
-        """Read tenants, providers and limits now; emit the ones that changed."""
-        engine = self._engine
-        self._tenants = await engine.tenants()
-        self._providers = await engine.providers()
-        pairs = await engine.store.config.pair_limits()
-        limits = {f"tenant:{t.name}": t.limit for t in self._tenants if t.limit is not None}
-        limits |= {f"provider:{p.name}": p.limit for p in self._providers if p.limit is not None}
-        limits |= {f"pair:{p.tenant}/{p.provider}": p.limit for p in pairs}
-        self._limits = limits
-        if self._changed("tenants", self._tenants):
-            self.tenants_changed.emit(list(self._tenants))
-        if self._changed("providers", self._providers):
-            self.providers_changed.emit(list(self._providers))
-        if self._changed("limits", limits):
-            self.limits_changed.emit(dict(limits))
-
-    def _forget(self, *names: str) -> None:
-        """Make the next value of ``names`` count as a change (after an edit that failed,
-        views re-read the current values)."""
-        for name in names:
-            self._last.pop(name, None)
 
     # -- dispatch --------------------------------------------------------------------------
 
@@ -327,7 +97,7 @@ class Bridge(QObject):
         elif engine.state in (EngineState.STOPPED, EngineState.FAILED):
             if self._reopen is None:
                 raise OmniPostError("this engine was stopped; restart the console to dispatch.")
-            concurrency = engine.dispatcher.concurrency
+            concurrency = engine.concurrency
             await engine.close()
             self._engine = await self._reopen()
             self._engine.set_concurrency(concurrency)
@@ -443,10 +213,6 @@ class Bridge(QObject):
         await self._store_reloaded()
         await self.sample()
 
-    async def _reloaded(self, *names: str) -> None:
-        self._forget(*names)
-        await self.reload_config()
-
     # -- queue and dead letters ------------------------------------------------------------
 
     @command
@@ -455,24 +221,7 @@ class Bridge(QObject):
     ) -> None:
         """Show the newest ``limit`` notifications of ``tenant`` (None: all) in ``state``
         (None: any), and keep them fresh while the queue view asks for it."""
-        self._queue_query = (tenant, state, limit)
-        self._due["queue"] = time.monotonic() + _QUEUE_EVERY_S
-        await self._load_queue(tenant, state, limit)
-
-    def stop_queue_updates(self) -> None:
-        self._queue_query = None
-
-    async def _load_queue(
-        self, tenant: str | None, state: NotificationState | None, limit: int
-    ) -> None:
-        names = [tenant] if tenant is not None else [t.name for t in self._tenants]
-        providers = {p.id: p.name for p in self._providers}
-        rows: list[QueueRow] = []
-        for name in names:
-            views = await self._engine.notifications(name, state=state, limit=limit)
-            rows += [QueueRow(name, providers.get(v.provider_id, "?"), v) for v in views]
-        rows.sort(key=lambda r: r.view.id, reverse=True)
-        self.queue_changed.emit(rows[:limit])
+        await self._follow_queue((tenant, state, limit))
 
     @command
     async def retry_dead(self, ids: Sequence[int] | None, tenant: str | None = None) -> None:
@@ -487,28 +236,7 @@ class Bridge(QObject):
         self.notice.emit(f"{count} dead notification{'s' if count != 1 else ''} discarded")
         await self._requery()
 
-    async def _requery(self) -> None:
-        if self._queue_query is not None:
-            await self._load_queue(*self._queue_query)
-
     # -- store and retention ---------------------------------------------------------------
-
-    async def reload_store(self) -> None:
-        """Read the retention windows, the store's size and the last prune now; emit the
-        ones that changed."""
-        engine = self._engine
-        retention = await engine.retention()
-        size = await engine.store_size()
-        status = StoreStatus(engine.store.url_masked, size, await engine.last_pruned_at())
-        if self._changed("retention", retention):
-            self.retention_changed.emit(retention)
-        if self._changed("store", status):
-            self.store_changed.emit(status)
-
-    async def _store_reloaded(self) -> None:
-        self._forget("retention", "store")
-        self._due["store"] = time.monotonic() + _STORE_EVERY_S
-        await self.reload_store()
 
     @command
     async def load_store(self) -> None:
@@ -552,17 +280,18 @@ class Bridge(QObject):
         """Start a burst of ``count`` per tenant; progress arrives on ``simulation_changed``."""
         if self._sim_task is not None and not self._sim_task.done():
             raise OmniPostError("a burst is already running; stop it first.")
-        if not tenants:
-            raise OmniPostError("choose at least one tenant for the burst.")
-        arrival_s = 0.0 if Pattern(pattern) is Pattern.SPIKE else duration_s
-        forecast = predict_drain(tenants, provider, count, arrival_s, self._limits)
-        self._sim = SimulationStatus(
-            tuple(tenants), provider, count * len(tenants), forecast=forecast
+        self.simulation_changed.emit(
+            self._burst.begin(
+                tenants,
+                provider,
+                count,
+                pattern=pattern,
+                duration_s=duration_s,
+                limits=self._limits,
+                now_s=time.monotonic(),
+            )
         )
-        self._sim_started = time.monotonic()
-        self._sim_enqueued_at = math.inf
-        self.simulation_changed.emit(self._sim)
-        task = self._spawn(
+        task = self._sim_task = self._spawn(
             self._engine.simulate(
                 tenants,
                 provider,
@@ -572,24 +301,17 @@ class Bridge(QObject):
                 progress=self._on_progress,
             )
         )
-        self._sim_task = task
         try:
             await task
         except asyncio.CancelledError:
             return
         except OmniPostError:
-            self._sim = _with(self._sim, enqueuing=False, stopped=True)
-            self.simulation_changed.emit(self._sim)
+            self._show_burst(self._burst.stopped())
             raise
-        if self._sim is not None:
-            self._sim_enqueued_at = self._engine.clock.wall()
-            self._sim = _with(self._sim, enqueuing=False, enqueued=self._sim.total)
-            self.simulation_changed.emit(self._sim)
+        self._show_burst(self._burst.enqueued(self._engine.clock.wall()))
 
     def _on_progress(self, progress: SimulationProgress) -> None:
-        if self._sim is not None:
-            self._sim = _with(self._sim, enqueued=progress.enqueued, elapsed_s=progress.elapsed_s)
-            self.simulation_changed.emit(self._sim)
+        self._show_burst(self._burst.progress(progress.enqueued, progress.elapsed_s))
 
     @command
     async def stop_simulation(self) -> None:
@@ -602,27 +324,7 @@ class Bridge(QObject):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, OmniPostError):
                 await task
-            if self._sim is not None:
-                self._sim = _with(self._sim, enqueuing=False, stopped=True)
-                self.simulation_changed.emit(self._sim)
-
-    def _check_simulation(self, snap: Snapshot) -> None:
-        sim = self._sim
-        if sim is None or sim.done:
-            return
-        elapsed_s = time.monotonic() - self._sim_started
-        waiting = sum(d.queued + d.leased for d in snap.depth if d.tenant in sim.tenants)
-        # A snapshot taken before the last enqueue (one awaited in _poll while the burst
-        # finished) would show nothing waiting yet: only a later one can say it drained.
-        if not sim.enqueuing and waiting == 0 and snap.ts >= self._sim_enqueued_at:
-            self._sim = _with(sim, actual_s=elapsed_s, elapsed_s=elapsed_s)
-        else:
-            self._sim = _with(sim, elapsed_s=elapsed_s)
-        self.simulation_changed.emit(self._sim)
-
-    @property
-    def simulation(self) -> SimulationStatus | None:
-        return self._sim
+            self._show_burst(self._burst.stopped())
 
     # -- closing ---------------------------------------------------------------------------
 
@@ -640,7 +342,3 @@ class Bridge(QObject):
             f"Bridge({self._engine!r}, every {self._timer.interval()} ms, "
             f"live={self.live}, {self.history!r})"
         )
-
-
-def _with(sim: SimulationStatus, **changes: Any) -> SimulationStatus:
-    return dataclasses.replace(sim, **changes)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import math
 import time
 
-from engine import BucketKey, Limit
+from engine import (
+    BucketKey,
+    fmt_limit,  # the CLI's form too
+)
 
 __all__ = [
     "fmt_age",
@@ -30,12 +33,6 @@ def fmt_rate(rate_per_s: float | None) -> str:
     if rate_per_s * 60 >= 1:
         return f"{rate_per_s * 60:.3g}/min"
     return f"{rate_per_s * 3600:.3g}/h"
-
-
-def fmt_limit(limit: Limit | None) -> str:
-    if limit is None:
-        return "unlimited"
-    return f"{fmt_rate(limit.rate_per_s)}, burst {limit.burst:g}"
 
 
 def fmt_duration(seconds: float | None) -> str:

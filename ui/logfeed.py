@@ -8,10 +8,10 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
-from engine import Engine, Outcome
+from engine import DeliveryEntry, Engine, Outcome, TenantRecord
 from ui.state import LogEntry, LogKind
 
 __all__ = ["LogFeed", "audit_text"]
@@ -59,27 +59,29 @@ class LogFeed:
     async def poll(
         self,
         engine: Engine,
-        tenants: Mapping[int, str],
+        tenants: Sequence[TenantRecord],
         activity: Mapping[str, Hashable] | None = None,
     ) -> None:
-        """Read audit entries and deliveries newer than the last poll. With ``activity`` (a
-        value per tenant name that changes when its queue does), only tenants whose value
-        changed are read: an idle console reads one table a poll, not one per tenant."""
-        for entry in reversed(await engine.store.config.audit_log(limit=_PER_POLL)):
+        """Read audit entries and the ``tenants``' deliveries newer than the last poll. With
+        ``activity`` (a value per tenant name that changes when its queue does), only tenants
+        whose value changed are read: an idle console reads one table a poll, not one per
+        tenant."""
+        names = {t.id: t.name for t in tenants}
+        for entry in reversed(await engine.audit_entries(limit=_PER_POLL)):
             if entry.id > self._last_audit:
                 self._last_audit = entry.id
-                tenant = tenants.get(entry.tenant_id, "") if entry.tenant_id else ""
+                tenant = names.get(entry.tenant_id, "") if entry.tenant_id else ""
                 text = audit_text(entry.actor, entry.action, entry.detail)
                 self._waiting.append(LogEntry(entry.ts, LogKind.AUDIT, tenant, text))
         fresh: list[LogEntry] = []
         newest = self._last_delivery
-        for tenant_id, name in tenants.items():
+        for name in names.values():
             if activity is not None:
                 now = activity.get(name)
                 if self._activity.get(name, now) == now and name in self._activity:
                     continue
                 self._activity[name] = now
-            rows = await engine.store.queue.deliveries(tenant_id, limit=_PER_POLL)
+            rows = await engine.deliveries(name, limit=_PER_POLL)
             for row in rows:
                 if row.id <= self._last_delivery:
                     break
@@ -90,8 +92,8 @@ class LogFeed:
         self._last_delivery = newest
 
 
-def _delivery(row: Any, tenant: str) -> LogEntry:
-    outcome: Outcome = row.outcome
+def _delivery(row: DeliveryEntry, tenant: str) -> LogEntry:
+    outcome = row.outcome
     latency = "" if row.latency_s is None else f" in {row.latency_s * 1000:.0f} ms"
     text = f"#{row.notification_id} attempt {row.attempt}: {outcome.value}{latency}"
     if row.detail and outcome is not Outcome.DELIVERED:

@@ -36,7 +36,7 @@ from ui.widgets import MessageBar
 
 __all__ = ["MainWindow"]
 
-_STATE_COLOURS = {
+_STATE_COLOURS: dict[str, str] = {
     EngineState.RUNNING: "#3a9d5d",
     EngineState.PAUSED: "#e0a030",
     EngineState.FAILED: "#d64545",
@@ -142,7 +142,7 @@ class MainWindow(QMainWindow):
 
         self.concurrency = QSpinBox()
         self.concurrency.setRange(1, 1024)
-        self.concurrency.setValue(self.bridge.engine.dispatcher.concurrency)
+        self.concurrency.setValue(self.bridge.engine.concurrency)
         self.concurrency.setPrefix("concurrency ")
         self.concurrency.setToolTip("Sends this console's engine makes at once.")
         self.concurrency.valueChanged.connect(self.bridge.set_concurrency)
@@ -206,12 +206,12 @@ class MainWindow(QMainWindow):
         self.lag_label.setToolTip("How late the event loop runs: the console's smoothness.")
         self.show_status(
             Status(
-                store=self.bridge.engine.store.url_masked,
+                store=self.bridge.engine.store_url,
                 limiter_backend=self.bridge.engine.limiter_backend,
                 state=self.bridge.engine.state,
                 loop_lag_ms=0,
                 workers=0,
-                totals=self.bridge.engine.telemetry.totals(),
+                totals=self.bridge.engine.totals(),
             )
         )
 

@@ -1,30 +1,24 @@
-"""Qt table models over the engine's read models. Display formatting lives here, not in views.
-
-``RecordModel`` shows a list of frozen records, one per row, through a list of ``Column``\\ s.
-``set_rows`` keeps the view's selection and scroll position when the same records come back
-with new values (it emits ``dataChanged``, not a reset). ``SORT_ROLE`` gives raw values for a
-``QSortFilterProxyModel``.
+"""Qt table models over the engine's read models, each a ``RecordModel`` (ui/record_model.py).
+Display formatting lives here, not in views.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from PySide6.QtCore import (
-    QAbstractTableModel,
-    QModelIndex,
     QObject,
-    QPersistentModelIndex,
     Qt,
     Signal,
 )
 from PySide6.QtGui import QFont
 
 from engine import (
+    MASKED_VALUE,  # the CLI's mask too
     BucketKey,
     BucketLevel,
     ConfigError,
@@ -36,6 +30,7 @@ from engine import (
     parse_rate,
 )
 from ui.fmt import fmt_age, fmt_count, fmt_duration, fmt_limit, fmt_rate
+from ui.record_model import LEFT, RIGHT, SORT_ROLE, Column, Index, RecordModel
 from ui.state import QueueRow
 
 __all__ = [
@@ -51,90 +46,7 @@ __all__ = [
     "parse_rate_text",
 ]
 
-SORT_ROLE = Qt.ItemDataRole.UserRole + 1
-R = TypeVar("R")
-Index = QModelIndex | QPersistentModelIndex
-_RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
-_LEFT = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
-MASKED = "••••••••"
-
-
-@dataclass(frozen=True)  # no slots: ``Column[T](...)`` sets ``__orig_class__``
-class Column(Generic[R]):
-    title: str
-    text: Callable[[R], str]
-    sort: Callable[[R], Any] | None = None
-    right: bool = False
-    tip: str = ""
-
-
-class RecordModel(QAbstractTableModel, Generic[R]):
-    columns: Sequence[Column[R]] = ()
-
-    def __init__(self, parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self._rows: list[R] = []
-
-    def key(self, row: R) -> Hashable:
-        """What makes a record the same one across updates."""
-        return id(row)
-
-    @property
-    def rows(self) -> list[R]:
-        return list(self._rows)
-
-    def record(self, row: int) -> R:
-        return self._rows[row]
-
-    def set_rows(self, rows: Sequence[R]) -> None:
-        rows = list(rows)
-        if [self.key(r) for r in rows] == [self.key(r) for r in self._rows]:
-            if rows != self._rows:
-                self._rows = rows
-                self.dataChanged.emit(
-                    self.index(0, 0), self.index(len(rows) - 1, len(self.columns) - 1)
-                )
-            return
-        self.beginResetModel()
-        self._rows = rows
-        self.endResetModel()
-
-    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008 - Qt's API
-        return 0 if parent.isValid() else len(self._rows)
-
-    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008 - Qt's API
-        return 0 if parent.isValid() else len(self.columns)
-
-    def headerData(
-        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
-    ) -> Any:
-        if orientation != Qt.Orientation.Horizontal or not 0 <= section < len(self.columns):
-            return None
-        column = self.columns[section]
-        if role == Qt.ItemDataRole.DisplayRole:
-            return column.title
-        if role == Qt.ItemDataRole.ToolTipRole and column.tip:
-            return column.tip
-        if role == Qt.ItemDataRole.TextAlignmentRole:
-            return _RIGHT if column.right else _LEFT
-        return None
-
-    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if not index.isValid() or index.row() >= len(self._rows):
-            return None
-        record = self._rows[index.row()]
-        column = self.columns[index.column()]
-        if role == Qt.ItemDataRole.DisplayRole:
-            return column.text(record)
-        if role == SORT_ROLE:
-            return column.sort(record) if column.sort else column.text(record)
-        if role == Qt.ItemDataRole.TextAlignmentRole:
-            return _RIGHT if column.right else _LEFT
-        return self.role_data(record, index.column(), role)
-
-    def role_data(self, record: R, column: int, role: int) -> Any:
-        """Other roles (tooltips, fonts, check states) for subclasses."""
-        return None
+_RIGHT, _LEFT = RIGHT, LEFT
 
 
 # -- tenants ---------------------------------------------------------------------------------
@@ -346,7 +258,7 @@ class ProvidersModel(RecordModel[ProviderRecord]):
         Column[ProviderRecord]("Limit", lambda p: fmt_limit(p.limit)),
         Column[ProviderRecord]("Options", _options_text),
         Column[ProviderRecord](
-            "Secrets", lambda p: "  ".join(f"{k}={MASKED}" for k in p.secret_names)
+            "Secrets", lambda p: "  ".join(f"{k}={MASKED_VALUE}" for k in p.secret_names)
         ),
     )
 

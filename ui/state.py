@@ -1,28 +1,24 @@
-"""Plain values the bridge hands to the views, and the arithmetic behind two helpers:
-the "N per window" limit and the predicted drain time of a burst."""
+"""Plain values the bridge hands to the views, the rate meter behind the dashboard's rates,
+and the arithmetic of the "N per window" limit."""
 
 from __future__ import annotations
 
 import enum
 import math
 from collections import deque
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from engine import ConfigError, Counters, Limit, NotificationView, StoreSize, predicted_drain_s
+from engine import ConfigError, Counters, Limit, NotificationView, StoreSize
 
 __all__ = [
-    "DrainForecast",
     "LogEntry",
     "LogKind",
     "QueueRow",
     "RateMeter",
     "Rates",
-    "SimulationStatus",
     "Status",
     "StoreStatus",
     "limit_for_window",
-    "predict_drain",
 ]
 
 
@@ -68,29 +64,6 @@ class QueueRow:
     tenant: str
     provider: str
     view: NotificationView
-
-
-@dataclass(frozen=True, slots=True)
-class DrainForecast:
-    seconds: float
-    bottleneck: str  # which bucket sets the pace, for people
-
-
-@dataclass(frozen=True, slots=True)
-class SimulationStatus:
-    tenants: tuple[str, ...]
-    provider: str
-    total: int
-    enqueued: int = 0
-    elapsed_s: float = 0.0
-    forecast: DrainForecast | None = None
-    actual_s: float | None = None  # set once every notification of the burst left the queue
-    enqueuing: bool = True
-    stopped: bool = False  # stopped by the operator before it finished
-
-    @property
-    def done(self) -> bool:
-        return self.stopped or self.actual_s is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,28 +115,3 @@ def limit_for_window(count: int, window_s: float, burst_share: float = 0.1) -> L
         raise ConfigError("the burst share must be at least 0 and below 1.")
     burst = min(float(count - 1), max(1.0, math.floor(count * burst_share)))
     return Limit((count - burst) / window_s, burst)
-
-
-def predict_drain(
-    tenants: Sequence[str],
-    provider: str,
-    count: int,
-    arrival_s: float,
-    limits: Mapping[str, Limit | None],
-) -> DrainForecast:
-    """Seconds from the start of a burst of ``count`` per tenant until its last notification
-    may be sent, by the configured buckets alone (full at the start; latency and concurrency
-    not counted). ``limits`` maps bucket names (``tenant:T``, ``provider:P``, ``pair:T/P``) to
-    their limits; a missing name is unlimited."""
-    best = DrainForecast(arrival_s, "arrivals" if arrival_s > 0 else "nothing: no limits")
-    candidates: list[tuple[str, int]] = [(f"provider:{provider}", count * len(tenants))]
-    for tenant in tenants:
-        candidates += [(f"tenant:{tenant}", count), (f"pair:{tenant}/{provider}", count)]
-    for name, n in candidates:
-        limit = limits.get(name)
-        if limit is None:
-            continue
-        seconds = predicted_drain_s(n, limit.rate_per_s, limit.burst, arrival_s)
-        if seconds > best.seconds:
-            best = DrainForecast(seconds, f"{name.replace(':', ' ')} at {limit.rate_per_s:g}/s")
-    return best

@@ -37,6 +37,7 @@ from ui.fmt import fmt_bucket, fmt_count, fmt_duration, fmt_latency
 from ui.gauges import BucketGauges
 from ui.history import Array
 from ui.models import DepthModel
+from ui.plotmath import moving_mean, nice, peak
 from ui.theme import LIGHT, Theme
 
 __all__ = ["Dashboard", "Stat"]
@@ -137,7 +138,7 @@ class _Plot:
     def fit(self, x: Array, highest: float, span_s: float) -> None:
         """Ranges move in steps (a 1-2-5 top, a left edge in whole 10 s): the axes, which
         are costly to redraw, change only when a step is crossed."""
-        top = self.fixed_max * 1.04 if self.fixed_max is not None else _nice(highest * 1.1)
+        top = self.fixed_max * 1.04 if self.fixed_max is not None else nice(highest * 1.1)
         left = -span_s if x.size == 0 else max(-span_s, min(-10.0, float(x[0])))
         left = math.floor(left / 10) * 10
         if (top, left) != self.range:
@@ -376,8 +377,8 @@ class Dashboard(QWidget):
         scores = {}
         for name in self.bridge.history.names("queued:"):
             y = self.bridge.history.series(name)
-            if (peak := _peak(y)) > 0:
-                scores[name] = (-peak, name.removeprefix("queued:"))
+            if (top := peak(y)) > 0:
+                scores[name] = (-top, name.removeprefix("queued:"))
         return _choose(self.depth_plot, scores)
 
     def _feed(self, plot: _Plot, names: dict[str, str]) -> None:
@@ -386,9 +387,9 @@ class Dashboard(QWidget):
             plot.drop(gone)
         highest = 0.0
         for name, label in names.items():
-            y = _moving_mean(self.bridge.history.series(name), plot.smooth)
+            y = moving_mean(self.bridge.history.series(name), plot.smooth)
             plot.curve(name, label, self._colour(name)).setData(x, y, connect="finite")
-            highest = max(highest, _peak(y))
+            highest = max(highest, peak(y))
         plot.fit(x, highest, self.bridge.history_s)
 
     def _feed_fixed(self, plot: _Plot, names: dict[str, tuple[str, str]]) -> None:
@@ -397,7 +398,7 @@ class Dashboard(QWidget):
         for name, (label, colour) in names.items():
             y = self.bridge.history.series(name)
             plot.curve(name, label, QColor(colour)).setData(x, y, connect="finite")
-            highest = max(highest, _peak(y))
+            highest = max(highest, peak(y))
         plot.fit(x, highest, self.bridge.history_s)
 
 
@@ -412,35 +413,6 @@ def _choose(plot: _Plot, scores: dict[str, tuple[float, str]]) -> dict[str, str]
         if name not in chosen:
             chosen.append(name)
     return {name: scores[name][1] for name in chosen}
-
-
-def _nice(value: float) -> float:
-    """The smallest of 1, 1.5, 2, 3, 5, 7.5, 10, 15... at least ``value`` (and at least 1)."""
-    if value <= 1:
-        return 1.0
-    power = 10 ** math.floor(math.log10(value))
-    steps = (1, 1.5, 2, 3, 5, 7.5, 10)
-    return float(next(step * power for step in steps if step * power >= value))
-
-
-def _moving_mean(y: Array, width: int) -> Array:
-    """The mean of each value and the ``width - 1`` before it, NaN-aware; ``y`` itself for 1."""
-    if width <= 1 or y.size == 0:
-        return y
-    valid = ~np.isnan(y)
-    sums = np.convolve(np.where(valid, y, 0.0), np.ones(width), mode="full")[: y.size]
-    counts = np.convolve(valid.astype(float), np.ones(width), mode="full")[: y.size]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = sums / counts
-    mean[~valid] = np.nan  # keep gaps where the bucket did not exist
-    return mean
-
-
-def _peak(y: Array) -> float:
-    if y.size == 0 or np.isnan(y).all():
-        return 0.0
-    value = float(np.nanmax(y))
-    return value if math.isfinite(value) else 0.0
 
 
 def _heading(text: str) -> QLabel:

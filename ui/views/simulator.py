@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
 from engine import Pattern, ProviderRecord, TenantRecord
 from ui.bridge import Bridge
 from ui.fmt import fmt_duration
-from ui.state import SimulationStatus
+from ui.simulation import SimulationStatus
 
 __all__ = ["SimulatorView"]
 

@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine import ConfigError, Limit, ProviderRecord, Snapshot, TenantRecord
+from engine import BucketKey, ConfigError, Limit, ProviderRecord, Snapshot, TenantRecord
 from ui.bridge import Bridge
 from ui.fmt import fmt_limit, fmt_rate
 from ui.models import SORT_ROLE, TenantsModel, parse_burst, parse_rate_text
@@ -217,12 +217,11 @@ class TenantsView(QWidget):
     def set_providers(self, providers: list[ProviderRecord]) -> None:
         _refill(self.pair_provider, [p.name for p in providers])
 
-    def set_limits(self, limits: dict[str, Limit]) -> None:
+    def set_limits(self, limits: dict[BucketKey, Limit]) -> None:
         self.pair_list.clear()
-        for name, limit in sorted(limits.items()):
-            if name.startswith("pair:"):
-                tenant, _, provider = name.removeprefix("pair:").partition("/")
-                self.pair_list.addItem(f"{tenant} on {provider}: {fmt_limit(limit)}")
+        pairs = [(key, limit) for key, limit in limits.items() if key.tenant and key.provider]
+        for key, limit in sorted(pairs, key=lambda pair: str(pair[0])):
+            self.pair_list.addItem(f"{key.tenant} on {key.provider}: {fmt_limit(limit)}")
 
     def on_sample(self, snap: Snapshot) -> None:
         self.model.set_live(snap.buckets, snap.depth)
