@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,16 @@ import pytest
 
 from app.cli import main
 
-__all__ = ["Cli", "Result", "assert_one_sentence", "clean_env", "run_process"]
+__all__ = [
+    "Cli",
+    "Result",
+    "assert_one_sentence",
+    "clean_env",
+    "file_run",
+    "run_process",
+    "start_worker",
+    "stats_depth",
+]
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -93,3 +103,38 @@ def run_process(
         check=False,
     )
     return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def start_worker(args: Sequence[str], env: Mapping[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """Start ``python -m app worker ARGS`` in the background, its output appended to ``log``."""
+    with log.open("ab") as out:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            [sys.executable, "-m", "app", "worker", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            cwd=REPO,
+        )
+
+
+def file_run(cli: Cli, folder: Path, keys: Sequence[str], *, rate: str, burst: str) -> Path:
+    """On ``cli``'s migrated store: tenant ``acme`` at ``rate``/s with ``burst``, a ``file``
+    provider ``audit``, and one notification per key (to ``uN@example.com``) enqueued from a
+    batch file in ``folder``. Returns the file the provider writes."""
+    out = folder / "delivered.jsonl"
+    cli.ok("tenant", "add", "acme", "--rate", rate, "--burst", burst)
+    cli.ok("provider", "add", "audit", "--kind", "file", "--option", f"path={out}")
+    batch = folder / "batch.jsonl"
+    items = (
+        {"tenant": "acme", "provider": "audit", "recipient": f"u{n}@example.com", "key": key}
+        for n, key in enumerate(keys)
+    )
+    batch.write_text("".join(json.dumps(item) + "\n" for item in items), encoding="utf-8")
+    assert cli.ok("enqueue", "--file", str(batch)) == f"queued {len(keys)}, already queued 0\n"
+    return out
+
+
+def stats_depth(cli: Cli) -> dict[str, int]:
+    """Queued, leased, delivered and dead of the store's one tenant (``stats --json``)."""
+    [tenant] = cli.json("stats")["depth"]
+    return {k: tenant[k] for k in ("queued", "leased", "delivered", "dead")}

@@ -23,12 +23,15 @@ from engine import (
     DispatcherSettings,
     Engine,
     EngineSettings,
+    FakeClock,
     LocalLimiter,
     SecretBox,
     Store,
     SystemClock,
 )
 from tests.cli_support import Cli
+from tests.scripted import Script
+from tests.virtual_time import VirtualEngines
 
 PG_ADMIN_URL = os.environ.get("OMNIPOST_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 IN_CI = bool(os.environ.get("CI"))
@@ -134,3 +137,38 @@ def cli(
     run = Cli(capsys, store_url)
     run.ok("migrate")
     return run
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh Postgres database of the test's own, dropped after it (skips without a server,
+    fails under CI)."""
+    url = make_pg_database()
+    try:
+        yield url
+    finally:
+        drop_pg_database(url)
+
+
+# -- virtual time: the dispatcher's tests on a FakeClock ------------------------------------
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """Virtual time that jumps to the next deadline whenever every task waits on it."""
+    return FakeClock(autojump=True)
+
+
+@pytest.fixture
+def script(clock: FakeClock) -> Script:
+    """A provider kind whose outcomes a test scripts, on ``clock``."""
+    return Script(clock)
+
+
+@pytest.fixture
+async def engines(store: Store, clock: FakeClock, script: Script) -> AsyncIterator[VirtualEngines]:
+    """Opens engines with the 'scripted' kind on virtual time; closes them all at the end (a
+    test module may define its own)."""
+    opened = VirtualEngines(store, clock, {"scripted": script.provider})
+    yield opened
+    await opened.close()

@@ -79,7 +79,7 @@ CLOSE_AFTER_DELIVERIES = textwrap.dedent(
 
     def watch():
         windows = [w for w in app.topLevelWidgets() if w.objectName() == "OmniPostConsole"]
-        if windows and windows[0].bridge.engine.telemetry.totals().delivered >= 30:
+        if windows and windows[0].bridge.engine.totals().delivered >= 30:
             state["worker"] = windows[0].bridge.engine.worker_id
             windows[0].close()  # as the operator does
         else:

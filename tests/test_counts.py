@@ -18,8 +18,9 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine import NotFound, NotificationState, Outcome, Retention, SecretBox, Store
-from engine.store import Completion, EnqueueResult, Leased, NewNotification
+from engine.store import Completion, EnqueueResult, Leased
 from engine.store.schema import notifications
+from tests.support import new_notification
 from tests.test_retention import HOUR, Keys, make_keys
 
 T0 = 1_700_000_000.0
@@ -28,10 +29,6 @@ LEASED = NotificationState.LEASED
 DELIVERED = NotificationState.DELIVERED
 DEAD = NotificationState.DEAD
 N = notifications
-
-
-def new(provider: int, key: str) -> NewNotification:
-    return NewNotification(provider, f"{key}@example.com", {"key": key}, key)
 
 
 def done(leased: Leased, state: NotificationState, ts: float = T0 + 1) -> Completion:
@@ -71,7 +68,9 @@ class World:
 
     async def enqueue(self, key: tuple[int, int], *names: str) -> list[EnqueueResult]:
         tenant, provider = key
-        return await self.store.queue.enqueue(tenant, [new(provider, k) for k in names], now=T0)
+        return await self.store.queue.enqueue(
+            tenant, [new_notification(provider, k) for k in names], now=T0
+        )
 
     async def claim(
         self, label: str, key: tuple[int, int], n: int, owner: str = "w1", now: float = T0
@@ -195,12 +194,16 @@ class Boom(Exception):
 async def test_counts_are_rolled_back_with_a_failed_transaction(store: Store) -> None:
     keys = await make_keys(store)
     tenant, provider = keys.pairs[0]
-    await store.queue.enqueue(tenant, [new(provider, f"k{n}") for n in range(10)], now=T0)
+    await store.queue.enqueue(
+        tenant, [new_notification(provider, f"k{n}") for n in range(10)], now=T0
+    )
     before = await store.queue.depth()
 
     # 1,500 good rows, then one naming a provider that does not exist: the rows go in more
     # than one INSERT statement, so the triggers have counted some before the failure.
-    items = [new(provider, f"many{n}") for n in range(1_500)] + [new(9_999, "orphan")]
+    items = [new_notification(provider, f"many{n}") for n in range(1_500)] + [
+        new_notification(9_999, "orphan")
+    ]
     with pytest.raises(NotFound):
         await store.queue.enqueue(tenant, items, now=T0)
     assert await store.queue.depth() == before == await store.queue.recount()
@@ -288,7 +291,9 @@ async def _hot_paths(store: Store, tenant: int, provider: int) -> dict[str, list
     await run("depth", store.queue.depth())
     await run(
         "enqueue",
-        store.queue.enqueue(tenant, [new(provider, "fresh"), new(provider, "k1")], now=now),
+        store.queue.enqueue(
+            tenant, [new_notification(provider, "fresh"), new_notification(provider, "k1")], now=now
+        ),
     )
     leased = await run(
         "claim", store.queue.claim(tenant, provider, 50, owner="w", lease_s=30, now=now)

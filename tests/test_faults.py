@@ -11,14 +11,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import json
 import logging
 import re
 import signal
 import subprocess
-import sys
 import time
-from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,58 +42,14 @@ from engine import (
     SystemClock,
 )
 from engine.store import DepthRow
-from tests.cli_support import REPO, Cli, clean_env
-
-Line = dict[str, Any]
-
+from tests.cli_support import Cli, clean_env, file_run, start_worker, stats_depth
+from tests.support import check_sends, eventually, read_lines, wait_until
 
 # -- helpers -----------------------------------------------------------------------------------
 
 
-def read_lines(path: Path) -> list[Line]:
-    """The complete lines of a ``file`` provider's output (a line being written is skipped)."""
-    if not path.exists():
-        return []
-    text = path.read_text(encoding="utf-8")
-    return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
-
-
 def count_lines(path: Path) -> int:
     return path.read_bytes().count(b"\n") if path.exists() else 0
-
-
-def wait_until(what: str, done: Callable[[], bool], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
-def start_worker(args: list[str], env: Mapping[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:  # the child keeps its own descriptor
-        return subprocess.Popen(
-            [sys.executable, "-m", "app", "worker", *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=dict(env),
-            cwd=REPO,
-        )
-
-
-def check_sends(lines: list[Line], keys: list[str]) -> int:
-    """Every key sent at least once, and each repeat is the same notification under a higher
-    attempt; returns how many sends were repeats."""
-    sends: defaultdict[str, list[Line]] = defaultdict(list)
-    for line in lines:
-        sends[line["idempotency_key"]].append(line)
-    assert sorted(sends) == sorted(keys), "a notification was lost, or one appeared"
-    for key, repeats in sends.items():
-        assert len({r["notification_id"] for r in repeats}) == 1, (key, repeats)
-        assert len({r["recipient"] for r in repeats}) == 1, (key, repeats)
-        attempts = [r["attempt"] for r in repeats]
-        assert len(set(attempts)) == len(attempts), (key, attempts)
-    assert len({r[0]["notification_id"] for r in sends.values()}) == len(keys)
-    return len(lines) - len(keys)
 
 
 Item = tuple[str, str, dict[str, Any], str | None, int]
@@ -109,20 +62,6 @@ def items(provider: str, keys: list[str]) -> list[Item]:
 
 def said(log: Path, text: str) -> bool:
     return text in log.read_text()
-
-
-def batch_file(path: Path, keys: list[str], provider: str = "audit") -> Path:
-    path.write_text(
-        "".join(
-            json.dumps(
-                {"tenant": "acme", "provider": provider, "recipient": f"u{n}@example.com", "key": k}
-            )
-            + "\n"
-            for n, k in enumerate(keys)
-        ),
-        encoding="utf-8",
-    )
-    return path
 
 
 # -- a: SIGKILL, ten times -----------------------------------------------------------------------
@@ -140,14 +79,10 @@ def test_a_worker_killed_ten_times_loses_nothing(
     monkeypatch.setenv("OMNIPOST_HOME", str(tmp_path))
     monkeypatch.delenv("OMNIPOST_KEYS", raising=False)
     cli = Cli(capsys, url)
-    out = tmp_path / "delivered.jsonl"
     cli.ok("migrate")
-    # Fast enough to finish in seconds, slow enough that each life ends mid-run.
-    cli.ok("tenant", "add", "acme", "--rate", "1500", "--burst", "50")
-    cli.ok("provider", "add", "audit", "--kind", "file", "--option", f"path={out}")
     keys = [f"kill-{n}" for n in range(KILL_COUNT)]
-    batch = batch_file(tmp_path / "batch.jsonl", keys)
-    assert cli.ok("enqueue", "--file", str(batch)) == f"queued {KILL_COUNT}, already queued 0\n"
+    # Fast enough to finish in seconds, slow enough that each life ends mid-run.
+    out = file_run(cli, tmp_path, keys, rate="1500", burst="50")
 
     env = clean_env(tmp_path, OMNIPOST_DB=url)
     log = tmp_path / "workers.log"
@@ -161,7 +96,7 @@ def test_a_worker_killed_ten_times_loses_nothing(
         before = count_lines(out)
         worker = start_worker(args, env, log)
         try:
-            wait_until(f"worker {life} to send", functools.partial(sent, before, worker))
+            wait_until(functools.partial(sent, before, worker), 60, f"worker {life} to send")
         finally:
             worker.send_signal(signal.SIGKILL)
             worker.wait(timeout=30)
@@ -175,8 +110,7 @@ def test_a_worker_killed_ten_times_loses_nothing(
         last.kill()
         last.wait()
 
-    [acme] = cli.json("stats")["depth"]
-    assert {k: acme[k] for k in ("queued", "leased", "delivered", "dead")} == {
+    assert stats_depth(cli) == {
         "queued": 0,
         "leased": 0,
         "delivered": KILL_COUNT,
@@ -248,13 +182,6 @@ async def open_engine(
     return engine
 
 
-async def wait_for(what: str, done: Callable[[], bool], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
-
-
 async def depth(store: Store) -> dict[str, int]:
     counts = dict.fromkeys(("queued", "leased", "delivered", "dead"), 0)
     for row in await store.queue.depth():
@@ -318,7 +245,7 @@ async def test_terminated_postgres_connections_heal(
             return len(recorders.sends) >= sends
 
         for at in TERMINATE_AT:
-            await wait_for(f"{at} sends", functools.partial(reached, at))
+            await eventually(functools.partial(reached, at), 60, f"{at} sends")
             assert len(recorders.sends) < TERMINATE_COUNT, "the run was over before the fault"
             assert await terminate_backends(database) > 0
         assert await engine.run_until_empty(timeout_s=90), await depth(store)
@@ -365,7 +292,7 @@ async def test_four_workers_and_a_console_share_one_sqlite_file(
             workers = [start_worker(args, env, log) for log in logs]
             try:
                 for log in logs:  # each has started once it says so
-                    await wait_for("the workers", functools.partial(said, log, "worker "))
+                    await eventually(functools.partial(said, log, "worker "), 60, "the workers")
                 await console.start()
                 for start in range(half, SHARED_COUNT, 100):  # more work while they run
                     await console.enqueue_many("acme", items("audit", keys[start : start + 100]))
@@ -486,7 +413,9 @@ async def test_stopping_returns_the_leases_of_hanging_sends(store: Store) -> Non
     engine, hanging, quick, _ = await hang_world(store, settings)
     try:
         await engine.start()
-        await wait_for("every send", lambda: hanging.live == STUCK and len(quick.sends) == QUICK)
+        await eventually(
+            lambda: hanging.live == STUCK and len(quick.sends) == QUICK, 60, "every send"
+        )
         started = time.monotonic()
         await engine.stop()
         assert time.monotonic() - started < 5.0

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -178,17 +177,7 @@ def dump(url: str) -> list[list[tuple[object, ...]]]:
     return asyncio.run(_dump(url))
 
 
-def test_dead_commands_with_another_tenant_change_nothing(
-    store_url: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    monkeypatch.setenv("OMNIPOST_HOME", str(tmp_path))
-    monkeypatch.delenv("OMNIPOST_KEYS", raising=False)
-    monkeypatch.delenv("OMNIPOST_DB", raising=False)
-    cli = Cli(capsys, store_url)
-    cli.ok("migrate")
+def test_dead_commands_with_another_tenant_change_nothing(cli: Cli, store_url: str) -> None:
     cli.ok("tenant", "add", "acme")
     cli.ok("tenant", "add", "other")
     cli.ok("provider", "add", "sim", "--kind", "simulated", "--option", "permanent_rate=1")

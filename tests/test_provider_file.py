@@ -3,26 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import stat
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from engine.clock import FakeClock
-from engine.domain import Message, Outcome
+from engine.domain import Outcome
 from engine.errors import ConfigError
 from engine.providers import FileProvider, ProviderConfig
-
-
-def message(n: int = 1, payload: dict[str, Any] | None = None) -> Message:
-    return Message(
-        n, "acme", "audit", "bob@example.com", payload or {"subject": "hi"}, f"key-{n}", 2
-    )
+from tests.support import message, read_lines
 
 
 @pytest.fixture
@@ -32,14 +25,9 @@ async def provider(tmp_path: Path) -> AsyncIterator[FileProvider]:
     await provider.aclose()
 
 
-def read_lines(path: str) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle]
-
-
 async def test_one_send_appends_one_line_with_every_field(provider: FileProvider) -> None:
     payload = {"subject": "héllo", "text": "line one\nline two", "n": [1, 2]}
-    result = await provider.send(message(7, payload))
+    result = await provider.send(message(7, payload, attempt=2))
     assert result.outcome is Outcome.DELIVERED
     assert read_lines(provider.path) == [
         {

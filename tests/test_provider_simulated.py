@@ -8,13 +8,10 @@ from collections import Counter
 
 import pytest
 
-from engine.domain import Message, Outcome
+from engine.domain import Outcome
 from engine.errors import ConfigError
 from engine.providers import ProviderConfig, SimulatedProvider
-
-
-def message(n: int = 1) -> Message:
-    return Message(n, "acme", "sim", "bob@example.com", {"subject": "hi"}, f"key-{n}", 1)
+from tests.support import message
 
 
 def config(**options: str) -> ProviderConfig:

@@ -25,6 +25,7 @@ from engine.errors import ConfigError
 from engine.providers import ProviderConfig, SmtpProvider
 from engine.providers.smtp import message_id
 from tests.servers import MailServer
+from tests.support import message
 
 RECIPIENT = "bob@example.com"
 DAY = datetime.timedelta(days=1)
@@ -50,15 +51,16 @@ async def provider(mail: MailServer) -> AsyncIterator[SmtpProvider]:
     await smtp.aclose()
 
 
-def message(n: int = 1, recipient: str = RECIPIENT, key: str | None = None) -> Message:
+def order(n: int = 1, recipient: str = RECIPIENT) -> Message:
+    """Order ``n``'s mail: its subject and its key (``order-N``) show in the headers."""
     payload = {"subject": f"Order {n} shipped", "text": "Your parcel is on its way.\n"}
-    return Message(n, "acme", "mail", recipient, payload, key or f"order-{n}", 1)
+    return message(n, payload, provider="mail", recipient=recipient, key=f"order-{n}")
 
 
 async def test_a_message_is_delivered_once_with_a_message_id_from_its_key(
     mail: MailServer, provider: SmtpProvider
 ) -> None:
-    result = await provider.send(message(7))
+    result = await provider.send(order(7))
     assert result.outcome is Outcome.DELIVERED
     assert "queued as 42" in result.detail
     [received] = mail.mailbox.received
@@ -74,7 +76,7 @@ async def test_a_message_is_delivered_once_with_a_message_id_from_its_key(
 
 
 async def test_html_goes_in_an_alternative_part(mail: MailServer, provider: SmtpProvider) -> None:
-    msg = Message(1, "acme", "mail", RECIPIENT, {"body": "plain", "html": "<b>rich</b>"}, "k", 1)
+    msg = message(1, {"body": "plain", "html": "<b>rich</b>"}, provider="mail", key="k")
     assert (await provider.send(msg)).outcome is Outcome.DELIVERED
     [received] = mail.mailbox.received
     html = received.get_body(("html",))
@@ -84,7 +86,7 @@ async def test_html_goes_in_an_alternative_part(mail: MailServer, provider: Smtp
 
 
 async def test_sends_share_one_connection(mail: MailServer, provider: SmtpProvider) -> None:
-    results = await asyncio.gather(*(provider.send(message(i)) for i in range(5)))
+    results = await asyncio.gather(*(provider.send(order(i)) for i in range(5)))
     assert {r.outcome for r in results} == {Outcome.DELIVERED}
     assert len(mail.mailbox.received) == 5
     assert len(mail.sessions) == 1
@@ -95,11 +97,11 @@ async def test_sends_share_one_connection(mail: MailServer, provider: SmtpProvid
 async def test_a_dropped_connection_is_opened_again(
     mail: MailServer, provider: SmtpProvider, settle: bool
 ) -> None:
-    assert (await provider.send(message(1))).outcome is Outcome.DELIVERED
+    assert (await provider.send(order(1))).outcome is Outcome.DELIVERED
     mail.drop_connections()
     if settle:  # the client notices the drop before the next send; otherwise during it
         await asyncio.sleep(0.05)
-    assert (await provider.send(message(2))).outcome is Outcome.DELIVERED
+    assert (await provider.send(order(2))).outcome is Outcome.DELIVERED
     assert [m["Message-ID"] for m in mail.mailbox.received] == [
         "<omnipost.acme.order-1@omnipost.test>",
         "<omnipost.acme.order-2@omnipost.test>",
@@ -124,14 +126,14 @@ async def test_reply_codes_map_to_outcomes(
         mail.mailbox.rcpt_reply = lambda address: reply.replace("ADDRESS", address)
     else:
         mail.mailbox.data_reply = lambda _: reply
-    result = await provider.send(message())
+    result = await provider.send(order())
     assert result.outcome is outcome
     assert result.detail.startswith(f"SMTP {reply[:3]}: ")
     assert RECIPIENT not in result.detail
     assert result.retry_after_s == (60.0 if outcome is Outcome.THROTTLED else None)
     assert mail.mailbox.received == []
     setattr(mail.mailbox, f"{stage}_reply", lambda _: None)
-    assert (await provider.send(message())).outcome is Outcome.DELIVERED
+    assert (await provider.send(order())).outcome is Outcome.DELIVERED
     assert len(mail.mailbox.received) == 1
 
 
@@ -139,14 +141,14 @@ async def test_a_refused_recipient_never_appears_in_the_detail(
     mail: MailServer, provider: SmtpProvider
 ) -> None:
     mail.mailbox.rcpt_reply = lambda address: f"550 5.1.1 <{address}>: unknown user {address}"
-    result = await provider.send(message(recipient="Bob Smith <BOB@Example.com>"))
+    result = await provider.send(order(recipient="Bob Smith <BOB@Example.com>"))
     assert result == result.permanent("SMTP 550: 5.1.1 <<recipient>>: unknown user <recipient>")
 
 
 async def test_an_address_that_is_not_one_is_permanent_without_connecting(
     mail: MailServer, provider: SmtpProvider
 ) -> None:
-    result = await provider.send(message(recipient="not an address"))
+    result = await provider.send(order(recipient="not an address"))
     assert result.outcome is Outcome.PERMANENT
     assert "not an email address" in result.detail
     assert mail.sessions == []
@@ -157,14 +159,14 @@ async def test_no_server_is_transient() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     smtp = SmtpProvider("mail", "127.0.0.1", "me@x.test", port=port, security="none")
-    result = await smtp.send(message())
+    result = await smtp.send(order())
     assert result.outcome is Outcome.TRANSIENT
     assert result.detail.startswith("SMTPConnectError")
     await smtp.aclose()
 
 
 async def test_aclose_says_quit_and_is_safe_twice(mail: MailServer, provider: SmtpProvider) -> None:
-    await provider.send(message())
+    await provider.send(order())
     assert "connected" in repr(provider)
     await provider.aclose()
     await provider.aclose()
@@ -263,7 +265,7 @@ async def test_starttls_and_login_against_a_server_that_requires_both(
         config = ProviderConfig("mail", "smtp", options, {"username": "me", "password": password})
         smtp = SmtpProvider.from_config(config)
         try:
-            result = await smtp.send(message())
+            result = await smtp.send(order())
         finally:
             await smtp.aclose()
     assert result.outcome is outcome

@@ -14,11 +14,12 @@ import httpx
 import pytest
 
 from engine.clock import FakeClock
-from engine.domain import Message, Outcome, SendResult
+from engine.domain import Outcome, SendResult
 from engine.errors import ConfigError
 from engine.providers import ProviderConfig, WebhookProvider, verify_signature
 from engine.providers.webhook import USER_AGENT, parse_retry_after, sign
 from tests.servers import Reply, Request, Script, ScriptedServer
+from tests.support import message
 
 SECRET = "whsec-test-0123456789"
 RECIPIENT = "bob@example.com"
@@ -65,10 +66,6 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
         yield shared
 
 
-def message(n: int = 1, payload: dict[str, Any] | None = None) -> Message:
-    return Message(n, "acme", "hook", RECIPIENT, payload or {"text": "hi"}, f"key-{n}", 3)
-
-
 def provider(
     server: ScriptedServer, client: httpx.AsyncClient, path: str, **kwargs: Any
 ) -> WebhookProvider:
@@ -84,7 +81,7 @@ async def test_2xx_is_delivered_with_body_and_headers(
     server: ScriptedServer, client: httpx.AsyncClient
 ) -> None:
     hook = provider(server, client, "/ok", headers={"X-Team": "ops", "Authorization": "Bearer t"})
-    result = await hook.send(message(9, {"text": "héllo"}))
+    result = await hook.send(message(9, {"text": "héllo"}, recipient=RECIPIENT, attempt=3))
     assert result == SendResult.delivered("HTTP 200 OK")
     [request] = server.requests
     assert request.method == "POST"

@@ -14,7 +14,7 @@ import dataclasses
 import logging
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,8 +43,9 @@ from engine import (
     parse_age,
 )
 from engine.clock import Clock
-from engine.store import Completion, EnqueueResult, NewNotification
+from engine.store import Completion, EnqueueResult
 from engine.store.schema import audit_log, chore_leases, delivery_log, notifications
+from tests.support import eventually, new_notification
 
 T0 = 1_700_000_000.0
 MINUTE, HOUR, DAY, WEEK = 60.0, 3_600.0, 86_400.0, 604_800.0
@@ -86,10 +87,6 @@ async def keys(store: Store) -> Keys:
     return await make_keys(store)
 
 
-def new(provider: int, key: str, payload: dict[str, Any] | None = None) -> NewNotification:
-    return NewNotification(provider, f"{key}@example.com", payload or {"key": key}, key)
-
-
 async def enqueue(
     store: Store,
     tenant: int,
@@ -99,7 +96,9 @@ async def enqueue(
     now: float = T0,
     payload: dict[str, Any] | None = None,
 ) -> list[int]:
-    results = await store.queue.enqueue(tenant, [new(provider, k, payload) for k in names], now=now)
+    results = await store.queue.enqueue(
+        tenant, [new_notification(provider, k, payload) for k in names], now=now
+    )
     return [r.id for r in results]
 
 
@@ -159,15 +158,6 @@ async def ids(store: Store, table: sa.Table) -> set[int]:
 
 async def counts_match(store: Store) -> None:
     assert await store.queue.depth() == await store.queue.recount()
-
-
-async def eventually(
-    what: str, done: Callable[[], Awaitable[bool]], timeout_s: float = 15.0
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await done():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
 
 
 def open_engine(store: Store, clock: Clock, settings: EngineSettings | None = None) -> Engine:
@@ -436,20 +426,22 @@ async def test_prune_goes_batch_by_batch_and_resumes(
 
 async def test_a_pruned_idempotency_key_can_be_used_again(store: Store, keys: Keys) -> None:
     tenant, provider = keys.pairs[0]
-    [first] = await store.queue.enqueue(tenant, [new(provider, "K")], now=T0)
+    [first] = await store.queue.enqueue(tenant, [new_notification(provider, "K")], now=T0)
     [leased] = await store.queue.claim(tenant, provider, 1, owner="w", lease_s=30, now=T0)
     done = Completion(leased, Outcome.DELIVERED, DELIVERED, ts=T0 + 1)
     assert await store.queue.complete([done], worker="w") == [True]
     window = Retention(delivered_s=HOUR, log_s=None)  # the delivery log is kept
 
-    again = await store.queue.enqueue(tenant, [new(provider, "K")], now=T0 + 2)
+    again = await store.queue.enqueue(tenant, [new_notification(provider, "K")], now=T0 + 2)
     assert again == [EnqueueResult(first.id, "K", duplicate=True)]
     edge = await store.maintenance.prune(window, now=T0 + 1 + HOUR)  # exactly its age: kept
     assert edge.delivered == 0
-    assert await store.queue.enqueue(tenant, [new(provider, "K")], now=T0 + 3) == again
+    assert await store.queue.enqueue(tenant, [new_notification(provider, "K")], now=T0 + 3) == again
 
     assert (await store.maintenance.prune(window, now=T0 + 2 * HOUR)).delivered == 1
-    [fresh] = await store.queue.enqueue(tenant, [new(provider, "K")], now=T0 + 2 * HOUR)
+    [fresh] = await store.queue.enqueue(
+        tenant, [new_notification(provider, "K")], now=T0 + 2 * HOUR
+    )
     assert not fresh.duplicate
     # A new notification, not the old one's id again: the kept delivery log names the old id.
     assert fresh.id != first.id, "a pruned notification's id was given to a new one"
@@ -483,7 +475,7 @@ async def test_retention_set_anywhere_reaches_running_engines_and_survives_resta
             async def passed() -> bool:
                 return await engine_b.last_pruned_at() is not None
 
-            await eventually("a background pass", passed)
+            await eventually(passed, 15.0, "a background pass")
             assert await ids(store_a, notifications) == set(old) | set(young), "default: 7 days"
 
             assert await engine_b.set_retention(delivered_s=HOUR) == Retention(delivered_s=HOUR)
@@ -491,7 +483,7 @@ async def test_retention_set_anywhere_reaches_running_engines_and_survives_resta
             async def pruned() -> bool:
                 return await ids(store_b, notifications) == set(young)
 
-            await eventually("engine A to apply B's window", pruned)
+            await eventually(pruned, 15.0, "engine A to apply B's window")
             assert engine_a.failure is None
             await counts_match(store_b)
         finally:
@@ -598,7 +590,7 @@ async def test_running_engines_take_turns_at_pruning(
                 async def several(now: float = now) -> bool:
                     return sum(at == now for at, _ in wins) >= 5
 
-                await eventually("five passes", several)
+                await eventually(several, 15.0, "five passes")
                 owners = {owner for at, owner in wins if at == now}
                 assert len(owners) == 1, wins
                 assert await _holder(store_a, "prune") in owners

@@ -38,11 +38,10 @@ from engine import (
 )
 from engine.redis_limiter import RedisLimiter
 from engine.store.notify import connect_args
-from tests.cli_support import clean_env
-from tests.conftest import IN_CI, drop_pg_database, make_pg_database
-from tests.envelope import max_in_window, min_in_window
+from tests.cli_support import clean_env, start_worker
+from tests.envelope import check_envelope, min_in_window
 from tests.redis_server import RedisServer, redis_server_binary
-from tests.test_crash import read_lines, start_worker
+from tests.support import assert_each_key_once, enqueue_numbered, missing, read_lines
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -59,23 +58,10 @@ PROVIDER = "audit"
 
 
 @pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A fresh Postgres database (skips without a server, fails under CI)."""
-    url = make_pg_database()
-    try:
-        yield url
-    finally:
-        drop_pg_database(url)
-
-
-@pytest.fixture
 def redis(tmp_path: Path) -> Iterator[RedisServer]:
     """A private, running redis-server (skips without the binary, fails under CI)."""
     if redis_server_binary() is None:
-        reason = "redis-server is not on PATH"
-        if IN_CI:
-            pytest.fail(f"{reason} (CI is set, so this fails instead of skipping)")
-        pytest.skip(reason)
+        missing("redis-server is not on PATH")
     with RedisServer(tmp_path / "redis") as server:
         yield server
 
@@ -97,7 +83,7 @@ class Workers:
     def start(self, n: int, *args: str) -> None:
         for _ in range(n):
             log = self.folder / f"worker-{len(self.procs)}.log"
-            self.procs.append((start_worker(list(args), self.env, log), log))
+            self.procs.append((start_worker(["--quiet", *args], self.env, log), log))
 
     @property
     def pids(self) -> set[int]:
@@ -168,11 +154,7 @@ async def prepare(url: str, key: str, out: Path, plan: Plan) -> None:
             await engine.add_provider(PROVIDER, "file", plan.provider, {"path": str(out)})
             for name, (limit, n) in plan.tenants.items():
                 await engine.add_tenant(name, limit)
-                items: list[tuple[str, str, dict[str, Any], str | None, int]] = [
-                    (PROVIDER, f"u{i}@{name}.example", {}, f"{name}-{i}", 0) for i in range(n)
-                ]
-                for start in range(0, n, 500):
-                    await engine.enqueue_many(name, items[start : start + 500])
+                await enqueue_numbered(engine, name, PROVIDER, n, chunk=500)
 
 
 async def final_state(url: str, key: str) -> tuple[dict[str, int], list[WorkerRecord]]:
@@ -187,13 +169,6 @@ async def final_state(url: str, key: str) -> tuple[dict[str, int], list[WorkerRe
     for d in snap.depth:
         totals.update(queued=d.queued, leased=d.leased, delivered=d.delivered, dead=d.dead)
     return dict(totals), registered
-
-
-def assert_each_key_once(lines: Sequence[dict[str, Any]], plan: Plan) -> None:
-    sent = Counter(line["idempotency_key"] for line in lines)
-    twice = {k: n for k, n in sent.items() if n > 1}
-    assert not twice, f"{len(twice)} keys sent more than once, e.g. {list(twice.items())[:5]}"
-    assert sorted(sent) == sorted(plan.keys()), f"{plan.count - len(sent)} keys never sent"
 
 
 def by_bucket(lines: Sequence[dict[str, Any]], plan: Plan) -> dict[str, tuple[Limit, list[float]]]:
@@ -214,17 +189,9 @@ def check_bound(
     lag_s: float = SEND_LAG_S,
     windows: Sequence[float] = WINDOWS_S,
 ) -> dict[float, int]:
-    """Assert that no window of ``W`` seconds holds more than ``burst + rate * (W + lag_s) +
-    edges`` of ``ts``; returns the most found per ``W``. With ``lag_s=0`` and one edge this
-    is ``check_envelope``. ``edges``: one per worker when each enforces its own share of the
-    limit (the fallback). ``lag_s``: see ``SEND_LAG_S``."""
-    found = {}
-    for window_s in windows:
-        bound = limit.burst + limit.rate_per_s * (window_s + lag_s) + edges
-        worst = max_in_window(ts, window_s)
-        assert worst <= bound + 1e-9, f"{worst} sends in {window_s:g} s; the bound is {bound:g}"
-        found[window_s] = worst
-    return found
+    """``check_envelope`` with ``limit``, ``WINDOWS_S`` and a lag of ``SEND_LAG_S``.
+    ``edges``: one per worker when each enforces its own share of the limit (the fallback)."""
+    return check_envelope(ts, limit.rate_per_s, limit.burst, windows, edges=edges, lag_s=lag_s)
 
 
 # -- 1. four workers, one envelope ---------------------------------------------------------
@@ -254,7 +221,7 @@ async def test_four_workers_share_limits(
     elapsed_s = time.monotonic() - started
 
     lines = read_lines(out)
-    assert_each_key_once(lines, SHARED)
+    assert_each_key_once(lines, SHARED.keys())
     totals, registered = await final_state(pg_url, key)
     assert totals == {"queued": 0, "leased": 0, "delivered": SHARED.count, "dead": 0}
     assert {w.pid for w in registered} == workers.pids
@@ -310,7 +277,7 @@ async def test_redis_restart_mid_run(
     await workers.wait(timeout_s=90)
 
     lines = read_lines(out)
-    assert_each_key_once(lines, RESTART)  # nothing crashed, so exactly once
+    assert_each_key_once(lines, RESTART.keys())  # nothing crashed, so exactly once
     totals, _ = await final_state(pg_url, key)
     assert totals == {"queued": 0, "leased": 0, "delivered": RESTART.count, "dead": 0}
     logs = workers.logs()

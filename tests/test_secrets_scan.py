@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,7 +24,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from engine.store import normalize_url
 from engine.store.schema import metadata
-from tests.cli_support import REPO, Cli, assert_one_sentence, clean_env
+from tests.cli_support import Cli, assert_one_sentence, clean_env, run_process
 from tests.servers import Reply, Request, ThreadedServer
 
 EMAIL = "carol.secret@example.com"
@@ -114,19 +112,13 @@ def _enqueue(cli: Cli, home: Path) -> None:
 
 def _worker(url: str, home: Path) -> list[str]:
     """``omnipost worker -v`` as a process, its log on stderr; returns stdout and stderr."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "app", "worker", "-v", "--until-empty", "--db", url],
-        capture_output=True,
-        text=True,
-        env=clean_env(home),
-        cwd=REPO,
-        timeout=120,
-        check=False,
+    proc = run_process(
+        ["worker", "-v", "--until-empty", "--db", url], clean_env(home), timeout_s=120
     )
-    assert proc.returncode == 0, proc.stderr
-    assert " INFO " in proc.stderr, "-v logs at INFO"
-    (home / "worker.log").write_text(proc.stderr, encoding="utf-8")
-    return [proc.stdout, proc.stderr]
+    assert proc.code == 0, proc.err
+    assert " INFO " in proc.err, "-v logs at INFO"
+    (home / "worker.log").write_text(proc.err, encoding="utf-8")
+    return [proc.out, proc.err]
 
 
 def _inspect(cli: Cli) -> None:
@@ -222,19 +214,11 @@ def test_a_store_url_password_never_shows_in_errors(
 
 def test_a_store_url_password_never_shows_in_a_process_log(tmp_path: Path) -> None:
     """As a process with -v: the connection retries are logged; the password is not."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "app", "tenant", "list", "-v", "--db", CLOSED],
-        capture_output=True,
-        text=True,
-        env=clean_env(tmp_path),
-        cwd=REPO,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 1
-    assert "Traceback" not in proc.stderr
-    assert "cannot be reached" in proc.stderr.splitlines()[-1]
-    assert found(proc.stdout + proc.stderr) == []
+    proc = run_process(["tenant", "list", "-v", "--db", CLOSED], clean_env(tmp_path), timeout_s=120)
+    assert proc.code == 1
+    assert "Traceback" not in proc.err
+    assert "cannot be reached" in proc.err.splitlines()[-1]
+    assert found(proc.out + proc.err) == []
 
 
 @pytest.mark.postgres

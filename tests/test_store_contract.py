@@ -24,7 +24,8 @@ from engine.store import (
     Store,
     WorkerRecord,
 )
-from engine.store.queue import DUE_CAP
+from engine.store.reads import DUE_CAP
+from tests.support import new_notification
 
 T0 = 1_700_000_000.0
 ACTOR = "test"
@@ -46,27 +47,10 @@ async def provider_id(store: Store, name: str) -> int:
     return record.id
 
 
-def new(
-    provider: int,
-    key: str,
-    *,
-    priority: int = 0,
-    available_at: float | None = None,
-    max_attempts: int = 5,
-) -> NewNotification:
-    return NewNotification(
-        provider_id=provider,
-        recipient=f"{key}@example.com",
-        payload={"key": key},
-        idempotency_key=key,
-        priority=priority,
-        max_attempts=max_attempts,
-        available_at=available_at,
-    )
-
-
 async def enqueue_keys(store: Store, tenant: int, provider: int, *keys: str) -> dict[str, int]:
-    results = await store.queue.enqueue(tenant, [new(provider, k) for k in keys], now=T0)
+    results = await store.queue.enqueue(
+        tenant, [new_notification(provider, k) for k in keys], now=T0
+    )
     return {r.idempotency_key: r.id for r in results}
 
 
@@ -102,7 +86,7 @@ def done(
 async def make_dead(store: Store, tenant: int, provider: int, *keys: str) -> list[int]:
     """Enqueue ``keys`` and take each straight to dead through a permanent failure."""
     # Above any other priority, so that the claim below takes exactly these.
-    items = [new(provider, k, priority=1_000) for k in keys]
+    items = [new_notification(provider, k, priority=1_000) for k in keys]
     await store.queue.enqueue(tenant, items, now=T0)
     leased = await store.queue.claim(
         tenant, provider, len(keys), owner="w-dead", lease_s=30, now=T0
@@ -399,7 +383,7 @@ async def test_enqueue_is_idempotent_within_and_across_calls(store: Store) -> No
     ]
     ids: dict[str, int] = {}
     for keys, expected in calls:
-        results = await store.queue.enqueue(t, [new(p, k) for k in keys], now=T0)
+        results = await store.queue.enqueue(t, [new_notification(p, k) for k in keys], now=T0)
         assert [(r.idempotency_key, r.duplicate) for r in results] == [
             (k, d) for k, d, _ in expected
         ]
@@ -417,8 +401,8 @@ async def test_enqueue_is_idempotent_within_and_across_calls(store: Store) -> No
 async def test_enqueue_duplicate_keeps_the_first_content(store: Store) -> None:
     t = await tenant_id(store, "acme")
     p = await provider_id(store, "sms")
-    [first] = await store.queue.enqueue(t, [new(p, "k", priority=1)], now=T0)
-    changed = dataclasses.replace(new(p, "k", priority=9), payload={"other": True})
+    [first] = await store.queue.enqueue(t, [new_notification(p, "k", priority=1)], now=T0)
+    changed = dataclasses.replace(new_notification(p, "k", priority=9), payload={"other": True})
     [again] = await store.queue.enqueue(t, [changed], now=T0 + 5)
     assert (again.id, again.duplicate) == (first.id, True)
     stored = await view(store, t, first.id)
@@ -429,7 +413,7 @@ async def test_enqueue_over_many_chunks_keeps_order(store: Store) -> None:
     t = await tenant_id(store, "acme")
     p = await provider_id(store, "sms")
     keys = [f"k{i % 700}" for i in range(1_200)]  # repeats span the store's insert chunks
-    results = await store.queue.enqueue(t, [new(p, k) for k in keys], now=T0)
+    results = await store.queue.enqueue(t, [new_notification(p, k) for k in keys], now=T0)
     assert [r.idempotency_key for r in results] == keys
     assert [r.duplicate for r in results] == [i >= 700 for i in range(1_200)]
     assert all(results[i].id == results[i - 700].id for i in range(700, 1_200))
@@ -469,7 +453,9 @@ async def test_enqueue_for_a_missing_tenant_or_provider_is_not_found(store: Stor
     missing: list[tuple[str, int, int]] = [("provider", t, p + 100), ("tenant", t + 100, p)]
     for what, tenant, provider in missing:
         with pytest.raises(NotFound, match="does not exist"):
-            await store.queue.enqueue(tenant, [new(p, "ok"), new(provider, "bad")], now=T0)
+            await store.queue.enqueue(
+                tenant, [new_notification(p, "ok"), new_notification(provider, "bad")], now=T0
+            )
         assert await store.queue.depth() == [], f"{what}: all or nothing"
 
 
@@ -482,16 +468,16 @@ async def test_claim_order_due_time_limit_and_key(store: Store) -> None:
     p = await provider_id(store, "sms")
     other_p = await provider_id(store, "mail")
     items = [
-        new(p, "p0-a"),
-        new(p, "p5", priority=5),
-        new(p, "p0-b"),
-        new(p, "p1", priority=1),
-        new(p, "later-p9", priority=9, available_at=T0 + 60),
-        new(p, "p-neg", priority=-1),
-        new(other_p, "mail-p9", priority=9),
+        new_notification(p, "p0-a"),
+        new_notification(p, "p5", priority=5),
+        new_notification(p, "p0-b"),
+        new_notification(p, "p1", priority=1),
+        new_notification(p, "later-p9", priority=9, available_at=T0 + 60),
+        new_notification(p, "p-neg", priority=-1),
+        new_notification(other_p, "mail-p9", priority=9),
     ]
     await store.queue.enqueue(t, items, now=T0)
-    await store.queue.enqueue(other_t, [new(p, "beta-p9", priority=9)], now=T0)
+    await store.queue.enqueue(other_t, [new_notification(p, "beta-p9", priority=9)], now=T0)
 
     steps: list[tuple[float, int, list[str]]] = [
         # (now, n, keys leased): priority first, then id; never what is not yet due
@@ -721,7 +707,7 @@ async def test_complete_writes_each_outcome(store: Store) -> None:
 async def test_transient_retries_count_failures_until_dead(store: Store) -> None:
     t = await tenant_id(store, "acme")
     p = await provider_id(store, "sms")
-    await store.queue.enqueue(t, [new(p, "k", max_attempts=3)], now=T0)
+    await store.queue.enqueue(t, [new_notification(p, "k", max_attempts=3)], now=T0)
     now = T0
     for failures_after in (1, 2):
         [item] = await store.queue.claim(t, p, 1, owner="w", lease_s=10, now=now)
@@ -748,15 +734,19 @@ async def test_due_keys_and_depth(store: Store) -> None:
     await store.queue.enqueue(
         acme,
         [
-            new(sms, "a1", available_at=T0 - 5),
-            new(sms, "a2"),
-            new(sms, "a3", available_at=T0 + 30),
-            new(mail, "a4", available_at=T0 + 20),
-            new(mail, "a5", available_at=T0 + 10),
+            new_notification(sms, "a1", available_at=T0 - 5),
+            new_notification(sms, "a2"),
+            new_notification(sms, "a3", available_at=T0 + 30),
+            new_notification(mail, "a4", available_at=T0 + 20),
+            new_notification(mail, "a5", available_at=T0 + 10),
         ],
         now=T0,
     )
-    await store.queue.enqueue(beta, [new(sms, "b1"), new(sms, "b2"), new(sms, "b3")], now=T0 + 1)
+    await store.queue.enqueue(
+        beta,
+        [new_notification(sms, "b1"), new_notification(sms, "b2"), new_notification(sms, "b3")],
+        now=T0 + 1,
+    )
     await store.queue.claim(beta, sms, 1, owner="w", lease_s=60, now=T0 + 1)  # leased: not queued
     await make_dead(store, beta, mail, "b-dead")
 
@@ -802,7 +792,7 @@ async def test_due_count_is_capped_and_depth_is_not(store: Store) -> None:
     acme = await tenant_id(store, "acme")
     sms = await provider_id(store, "sms")
     total = DUE_CAP + 7
-    await store.queue.enqueue(acme, [new(sms, f"k{i}") for i in range(total)], now=T0)
+    await store.queue.enqueue(acme, [new_notification(sms, f"k{i}") for i in range(total)], now=T0)
     assert await store.queue.due_keys(T0, None) == [DueKey(acme, sms, DUE_CAP, T0)]
     assert await store.queue.depth() == [DepthRow(acme, QUEUED, total, T0)]
     await store.queue.claim(acme, sms, 10, owner="w", lease_s=60, now=T0)

@@ -7,7 +7,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from engine.domain import NotificationState, Outcome
-from engine.store import Completion, NewNotification, Store
+from engine.store import Completion, Store
+from tests.support import new_notification
 
 T0 = 1_700_000_000.0
 
@@ -28,10 +29,6 @@ class World:
         return [self.queued, self.dead, self.delivered]
 
 
-def new(provider: int, key: str, recipient: str = "someone@example.com") -> NewNotification:
-    return NewNotification(provider, recipient, {"key": key}, key)
-
-
 async def build(store: Store) -> World:
     cfg = store.config
     acme = (await cfg.add_tenant("acme", None, now=T0, actor="t")).id
@@ -39,7 +36,9 @@ async def build(store: Store) -> World:
     sms = (await cfg.add_provider("sms", "simulated", None, {}, {}, now=T0, actor="t")).id
     mail = (await cfg.add_provider("mail", "simulated", None, {}, {}, now=T0, actor="t")).id
 
-    results = await store.queue.enqueue(acme, [new(sms, "dead"), new(sms, "delivered")], now=T0)
+    results = await store.queue.enqueue(
+        acme, [new_notification(sms, "dead"), new_notification(sms, "delivered")], now=T0
+    )
     [dead, delivered] = [r.id for r in results]
     leased = await store.queue.claim(acme, sms, 2, owner="w", lease_s=30, now=T0)
     outcome = {dead: (Outcome.PERMANENT, NotificationState.DEAD)}
@@ -48,10 +47,10 @@ async def build(store: Store) -> World:
         for i in leased
     ]
     assert await store.queue.complete(completions, worker="w") == [True, True]
-    [queued] = await store.queue.enqueue(acme, [new(sms, "shared-key")], now=T0)
+    [queued] = await store.queue.enqueue(acme, [new_notification(sms, "shared-key")], now=T0)
 
     # The same idempotency key in another tenant is a different notification.
-    [beta_own] = await store.queue.enqueue(beta, [new(mail, "shared-key")], now=T0)
+    [beta_own] = await store.queue.enqueue(beta, [new_notification(mail, "shared-key")], now=T0)
     assert not beta_own.duplicate and beta_own.id != queued.id
     return World(acme, beta, sms, mail, queued.id, dead, delivered, beta_own.id)
 

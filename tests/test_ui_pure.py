@@ -1,4 +1,5 @@
-"""The console's pure parts: history ring buffers, formatting, the limit and drain helpers."""
+"""The console's pure parts: history ring buffers, formatting, the limit helpers. (The burst
+simulator's are in ``test_ui_simulation.py``.)"""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from ui.fmt import fmt_bucket, fmt_count, fmt_duration, fmt_rate
 from ui.history import History
 from ui.logfeed import audit_text
 from ui.models import parse_burst, parse_rate_text
-from ui.state import RateMeter, Rates, limit_for_window, predict_drain
-from ui.views.dashboard import _moving_mean, _nice
+from ui.plotmath import moving_mean as _moving_mean
+from ui.plotmath import nice as _nice
+from ui.state import RateMeter, Rates, limit_for_window
 from ui.views.tenants import limit_from_fields
 
 
@@ -80,20 +82,6 @@ def test_limit_for_window_fits_the_envelope(
 def test_limit_for_window_refuses_nonsense(count: int, window_s: float, share: float) -> None:
     with pytest.raises(ConfigError):
         limit_for_window(count, window_s, share)
-
-
-def test_predict_drain_names_the_slowest_bucket() -> None:
-    limits = {
-        "tenant:acme": Limit(50, 20),
-        "tenant:globex": Limit(10, 5),
-        "provider:sms": Limit(100, 50),
-    }
-    forecast = predict_drain(["acme", "globex"], "sms", 100, 0.0, limits)
-    assert forecast.seconds == pytest.approx((100 - 5) / 10)
-    assert forecast.bottleneck == "tenant globex at 10/s"
-    shared = predict_drain(["acme", "globex"], "sms", 100, 0.0, {"provider:sms": Limit(10, 10)})
-    assert shared.seconds == pytest.approx((200 - 10) / 10)  # the provider carries both
-    assert predict_drain(["a"], "p", 10, 4.0, {}).seconds == 4.0  # unlimited: the arrivals
 
 
 @pytest.mark.parametrize(

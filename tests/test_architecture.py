@@ -1,0 +1,53 @@
+"""The shape of the code: what import-linter cannot see, and the size of the rooms.
+
+import-linter (pyproject.toml) checks that ``ui`` and ``app`` import only the ``engine``
+package's public names. These tests check the rest of the façade (no reaching through an
+engine's private parts by attribute) and that no module grows past about 450 lines.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("engine", "app", "ui")
+# An engine's parts, private to it: the console and the CLI use its read models instead.
+PRIVATE_PARTS = {"store", "dispatcher", "directory", "telemetry"}
+MAX_LINES = 450
+
+
+def _sources(*packages: str) -> list[Path]:
+    return sorted(p for package in packages for p in (ROOT / package).rglob("*.py"))
+
+
+def _reaches_in(tree: ast.AST) -> list[tuple[int, str]]:
+    """``x.engine.store``, ``engine.dispatcher.y``, ``self._engine.telemetry`` and the like."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or node.attr not in PRIVATE_PARTS:
+            continue
+        owner = node.value
+        name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+        if name in ("engine", "_engine"):
+            found.append((node.lineno, f"{name}.{node.attr}"))
+    return found
+
+
+@pytest.mark.parametrize("path", _sources("ui", "app"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_ui_and_app_do_not_reach_into_the_engine(path: Path) -> None:
+    reaches = _reaches_in(ast.parse(path.read_text(encoding="utf-8")))
+    assert not reaches, [f"{path.name}:{line} {what}" for line, what in reaches]
+
+
+def test_the_check_finds_a_reach() -> None:
+    tree = ast.parse("a = self.bridge.engine.dispatcher.concurrency\nb = engine.store_url\n")
+    assert _reaches_in(tree) == [(1, "engine.dispatcher")]
+
+
+@pytest.mark.parametrize("path", _sources(*PACKAGES), ids=lambda p: str(p.relative_to(ROOT)))
+def test_modules_stay_small(path: Path) -> None:
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_LINES, f"{path.relative_to(ROOT)} has {lines} lines; split it by job"
