@@ -25,7 +25,9 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# bench/ is checked too, so its peers, plotting and templating (the bench group) are installed.
 typecheck: install
+	$(BIN)/pip install --quiet --group bench -e .
 	$(BIN)/mypy
 
 contracts: install

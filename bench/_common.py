@@ -68,7 +68,7 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    versions = {}
+    versions: dict[str, str | None] = {}
     for name in PEERS:
         try:
             versions[name] = metadata.version(name)

@@ -45,6 +45,7 @@ A quick check of the script: ``--history 20000 --backlog 20000 --count 1000 --ru
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import signal
@@ -350,7 +351,7 @@ async def in_process(side: Side, calls: int) -> dict[str, Any]:
         # table and on the plan the database picks.
         for tenant in ("history", "backlog", "fresh"):
             statements[f"notifications_{tenant}_ms"] = await median_ms(
-                lambda tenant=tenant: engine.notifications(tenant, limit=100), 3
+                functools.partial(engine.notifications, tenant, limit=100), 3
             )
     return {"snapshot_ms": spread(samples, 2), "statements": statements}
 

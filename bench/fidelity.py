@@ -28,7 +28,7 @@ from typing import Any
 
 from _common import REDIS, emit, fill, open_engine, parser
 
-from engine import Limit, LocalLimiter, SystemClock
+from engine import Limit, LocalLimiter, SystemClock, worst_window
 from engine.redis_limiter import RedisLimiter
 
 WINDOWS_S = (0.1, 0.5, 1.0, 2.0)
@@ -39,17 +39,6 @@ def burst_for(rate_per_s: float) -> float:
     return max(1.0, rate_per_s / 10)
 
 
-def max_in_window(ts: list[float], window_s: float) -> int:
-    """Most timestamps in any ``[t, t + window_s]`` starting at one of them (``ts`` sorted)."""
-    best, end = 0, 0
-    for start, t in enumerate(ts):
-        end = max(end, start)
-        while end < len(ts) and ts[end] <= t + window_s:
-            end += 1
-        best = max(best, end - start)
-    return best
-
-
 def analyse(
     ts: list[float], rate: float, burst: float, backlog: int, run_s: float
 ) -> dict[str, Any]:
@@ -58,9 +47,12 @@ def analyse(
     ideal = min(backlog, burst + rate * run_s)
     windows = {}
     for w in WINDOWS_S:
-        envelope = burst + rate * w + 1
-        most = max_in_window(in_run, w)
-        windows[str(w)] = {"max": most, "envelope": round(envelope, 1), "ok": most <= envelope}
+        worst = worst_window(in_run, w, rate, burst)
+        windows[str(w)] = {
+            "max": int(worst.count),
+            "envelope": round(worst.allowed, 1),
+            "ok": worst.holds,
+        }
     step = run_s / TIMELINE_POINTS
     timeline = [
         (

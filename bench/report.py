@@ -1,6 +1,7 @@
 """Run every benchmark and write ``docs/benchmarks.md`` with tables, ratios and plots.
 
 Each benchmark writes its JSON to ``docs/bench/NAME.json``; the plots go beside it as PNGs.
+The page's text is ``bench/templates/benchmarks.md.j2``, filled in by ``_markdown.render``.
 ``--no-run`` renders from the JSON already there (to rework the report without re-measuring);
 ``--only a,b`` runs just those benchmarks and renders from the rest as they are; ``--quick``
 runs tiny versions of all into a scratch folder, to check the scripts. Usage::
@@ -24,7 +25,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from _markdown import drain_groups, render
+from _markdown import render
+from _sections import drain_groups
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -311,8 +313,9 @@ def main() -> None:
     data = {name: load(name) for name in BENCHES}
     images: dict[str, list[str]] = {}
     for name, plots in PLOTS.items():
-        if data[name] is not None:
-            images[name] = [plot(data[name]) for plot in plots]
+        d = data[name]
+        if d is not None:
+            images[name] = [plot(d) for plot in plots]
     commands = {
         name: " ".join(["python", f"bench/{BENCHES[name][0]}", *BENCHES[name][1]])
         for name in BENCHES
