@@ -14,6 +14,7 @@ from engine import (
     Limit,
     NotificationView,
     PairLimit,
+    ProviderHealth,
     ProviderRecord,
     PruneReport,
     Retention,
@@ -32,6 +33,7 @@ __all__ = [
     "bucket_json",
     "dead_json",
     "depth_json",
+    "health_json",
     "limit_json",
     "pair_json",
     "provider_json",
@@ -62,6 +64,12 @@ def provider_json(provider: ProviderRecord) -> JsonObject:
     """Its options as stored, and its secrets by name with every value masked."""
     shown = _fields(provider, drop={"id", "secret_names", "secrets"})
     return shown | {"secrets": masked_secrets(provider.secret_names)}
+
+
+def health_json(health: ProviderHealth) -> JsonObject:
+    """A provider's circuit: ``state`` (closed, open, half-open), ``since``, ``last_error``,
+    ``next_probe_at`` (unix s) and ``failures`` in a row."""
+    return _fields(health) | {"state": health.state.value}
 
 
 def pair_json(pair: PairLimit) -> JsonObject:

@@ -15,9 +15,11 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from app.commands import configure, queue, retention, run, stats
+from app import docs
+from app.commands import configure, keys, queue, retention, run, stats
 from app.commands.configure import KEEP, Keep, LimitChange
 from app.config import Paths, load_box
+from app.metrics import metrics_address
 from app.output import RETENTION_WINDOWS
 from app.parser import EXIT_USAGE, build_parser, one_line
 from app.session import Context, store_url
@@ -113,6 +115,7 @@ def _worker(a: argparse.Namespace, ctx: Context) -> Coroutine[Any, Any, int]:
             duration_s=a.duration,
             quiet=a.quiet,
             redis_url=a.redis,
+            metrics=metrics_address(a.metrics_port, a.metrics_host),
         ),
     )
 
@@ -151,7 +154,9 @@ _COMMANDS: dict[str, Command] = {
     "provider add": _provider_add,
     "provider set": _provider_set,
     "provider list": lambda a, ctx: configure.provider_list(ctx, as_json=a.json),
+    "provider kinds": lambda a, ctx: docs.provider_kinds(as_json=a.json),
     "provider test": lambda a, ctx: configure.provider_test(ctx, a.name, a.recipient),
+    "provider resume": lambda a, ctx: configure.provider_resume(ctx, a.name),
     "limit set": _limit_set,
     "limit list": lambda a, ctx: configure.limit_list(ctx, as_json=a.json),
     "enqueue": _enqueue,
@@ -165,6 +170,7 @@ _COMMANDS: dict[str, Command] = {
     "retention show": lambda a, ctx: retention.retention_show(ctx, as_json=a.json),
     "retention set": _retention_set,
     "prune": lambda a, ctx: retention.prune(ctx, dry_run=a.dry_run, as_json=a.json),
+    "keys rotate": lambda a, ctx: keys.rotate(ctx, dry_run=a.dry_run, as_json=a.json),
 }
 
 
@@ -195,6 +201,8 @@ def _no_screen() -> bool:
 
 def _run(args: argparse.Namespace) -> int:
     paths = Paths.from_env()
+    if args.command == "keys" and args.action == "new":  # needs no store, nor the keys
+        return keys.new_key(paths, add=args.add)
     ctx = Context(paths, store_url(args.db or args.db_top, paths), load_box(paths))
     if args.command is None or args.command in ("console", "self-test"):
         return _run_gui(args.gui, args, ctx)
@@ -219,6 +227,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("omnipost: interrupted.", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `omnipost stats | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILURE
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import platformdirs
 
-from engine import ConfigError, SecretBox
+from engine import ConfigError, OmniPostError, SecretBox
 
-__all__ = ["Paths", "load_box"]
+__all__ = ["Paths", "add_key", "load_box"]
 
 KEY_FILE = "omnipost.keys"
+ENV_KEYS = "OMNIPOST_KEYS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,10 +38,11 @@ class Paths:
 
 def load_box(paths: Paths) -> SecretBox:
     """Keys from ``OMNIPOST_KEYS`` (comma separated, newest first), else from the key file in
-    the data directory, which is created with mode 0600 holding a new key when missing."""
-    text = os.environ.get("OMNIPOST_KEYS")
+    the data directory (one key a line, newest first), which is created with mode 0600 holding
+    a new key when missing."""
+    text = os.environ.get(ENV_KEYS)
     if text:
-        return SecretBox.from_text(text)
+        return SecretBox.from_text(text, source=ENV_KEYS)
     path = paths.key_file
     if not path.exists():
         paths.data_dir.mkdir(parents=True, exist_ok=True)
@@ -52,6 +54,33 @@ def load_box(paths: Paths) -> SecretBox:
             with os.fdopen(fd, "w") as f:
                 f.write(SecretBox.generate_key() + "\n")
     try:
-        return SecretBox.from_text(path.read_text().replace("\n", ","))
+        text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"cannot read the key file {path}: {exc.strerror}.") from exc
+    return SecretBox.from_text(text.replace("\n", ","), source=f"the key file {path}")
+
+
+def add_key(paths: Paths, key: str) -> int:
+    """Put ``key`` first in the key file, above the keys it holds (so that what they wrote
+    stays readable), and return how many keys it now holds. The file is replaced whole, with
+    mode 0600, and created when missing. Raises ConfigError when ``OMNIPOST_KEYS`` is set (the
+    key file is then not read), OmniPostError when the file cannot be written."""
+    if os.environ.get(ENV_KEYS):
+        raise ConfigError(
+            f"{ENV_KEYS} is set, so the key file is not read; "
+            f"put the new key first in {ENV_KEYS} instead."
+        )
+    path = paths.key_file
+    fresh = path.with_name(f"{path.name}.new")
+    try:
+        paths.data_dir.mkdir(parents=True, exist_ok=True)
+        held = path.read_text().replace(",", "\n").split() if path.exists() else []
+        keys = [key, *(k for k in held if k != key)]
+        fresh.unlink(missing_ok=True)  # a leftover of an interrupted run, perhaps not 0600
+        fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("\n".join(keys) + "\n")
+        os.replace(fresh, path)
+    except OSError as exc:
+        raise OmniPostError(f"cannot write the key file {path}: {exc.strerror}.") from exc
+    return len(keys)

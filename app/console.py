@@ -20,9 +20,10 @@ from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication
 
 from app.demo import DEMO_TENANTS, seed_demo
+from app.metrics import MetricsAddress, MetricsExporter, metrics_address
 from app.session import Context, actor, on_signals, store_url
 from app.wiring import build_engine, build_store
-from engine import Engine, Pattern
+from engine import Pattern
 from ui import Bridge, ConsoleSettings, MainWindow, load_settings, new_event_loop
 
 __all__ = ["application", "main", "run_console", "run_on_qt_loop"]
@@ -69,24 +70,22 @@ async def run_console(
     demo: bool = False,
     redis_url: str | None = None,
     dispatch: bool | None = None,
+    metrics: MetricsAddress | None = None,
 ) -> int:
     """Open the store and the engine (its limiter in Redis at ``redis_url`` when given), show
-    the window, and run until it is closed. Returns 0, or 1 when the engine failed."""
+    the window, and run until it is closed, serving Prometheus metrics at ``metrics`` if given
+    (bound first: a taken port fails before anything opens). Returns 0, or 1 when the engine
+    failed."""
     who = actor("console")
-    async with build_store(ctx.db_url, ctx.box) as store:
+    async with MetricsExporter(metrics) as exporter, build_store(ctx.db_url, ctx.box) as store:
         await store.migrate()
 
-        async def open_engine() -> Engine:
-            engine = build_engine(store, actor=who, redis_url=redis_url)
-            await engine.open()
-            return engine
-
-        engine = await open_engine()
+        engine = build_engine(store, actor=who, redis_url=redis_url)
+        await engine.open()
         if demo:
             await seed_demo(engine)
         bridge = Bridge(
             engine,
-            reopen=open_engine,
             seed_demo=seed_demo,
             interval_ms=settings.refresh_ms,
             history_s=settings.history_s,
@@ -95,16 +94,17 @@ async def run_console(
         closed = asyncio.Event()
         window.closing.connect(closed.set)
         app.aboutToQuit.connect(closed.set)
-        with on_signals(closed.set):  # Ctrl+C in the terminal closes cleanly too
-            window.show()
-            bridge.start_sampling()
-            if (settings.dispatch_on_open if dispatch is None else dispatch) or demo:
-                await bridge.start()
-            if demo:
-                tenants = [name for name, _ in DEMO_TENANTS]
-                bridge.simulate(tenants, "sms-sim", 400, Pattern.RAMP, 20.0)
-            await closed.wait()
-            window.hide()
+        async with exporter.following(engine.snapshot):
+            with on_signals(closed.set):  # Ctrl+C in the terminal closes cleanly too
+                window.show()
+                bridge.start_sampling()
+                if (settings.dispatch_on_open if dispatch is None else dispatch) or demo:
+                    await bridge.start()
+                if demo:
+                    tenants = [name for name, _ in DEMO_TENANTS]
+                    bridge.simulate(tenants, "sms-sim", 400, Pattern.RAMP, 20.0)
+                await closed.wait()
+                window.hide()
         await bridge.aclose()
         failure = bridge.engine.failure
     if failure:
@@ -113,7 +113,10 @@ async def run_console(
 
 
 def main(args: argparse.Namespace, ctx: Context) -> int:
-    """``omnipost [console] [--demo] [--db URL]``."""
+    """``omnipost [console] [--demo] [--db URL] [--metrics-port PORT]``."""
+    metrics = metrics_address(
+        getattr(args, "metrics_port", None), getattr(args, "metrics_host", None)
+    )
     app = application(sys.argv[:1])
     settings_store = QSettings("OmniPost", "Console")
     settings = load_settings(settings_store)
@@ -128,5 +131,6 @@ def main(args: argparse.Namespace, ctx: Context) -> int:
         demo=bool(getattr(args, "demo", False)),
         redis_url=getattr(args, "redis", None) or settings.redis_url or None,
         dispatch=False if getattr(args, "no_dispatch", False) else None,
+        metrics=metrics,
     )
     return run_on_qt_loop(app, coro)

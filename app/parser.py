@@ -9,8 +9,9 @@ import os
 import sys
 from typing import Any, NoReturn
 
+from app.metrics import DEFAULT_HOST, PORT_ENV, parse_port
 from app.output import RETENTION_WINDOWS
-from engine import ConfigError, Pattern, parse_age
+from engine import PROVIDER_KINDS, ConfigError, Pattern, parse_age
 
 __all__ = ["EXIT_USAGE", "build_parser", "one_line"]
 
@@ -106,6 +107,27 @@ def _redis_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _port(text: str) -> int:
+    try:
+        return parse_port(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
+def _metrics_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--metrics-port",
+        type=_port,
+        metavar="PORT",
+        help=f"serve Prometheus metrics on this port (default: ${PORT_ENV}, else none)",
+    )
+    p.add_argument(
+        "--metrics-host",
+        metavar="HOST",
+        help=f"the address to serve them on (default: {DEFAULT_HOST}, this host only)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     common.add_argument(
@@ -148,8 +170,62 @@ def build_parser() -> argparse.ArgumentParser:
     _run_parsers(sub, common)
     _dead_parsers(sub, common)
     _retention_parsers(sub, common)
+    _keys_parsers(sub, common)
     _console_parsers(sub, common)
     return parser
+
+
+_KEYS_HELP = """\
+Recipients and provider secrets are stored encrypted. The keys come from OMNIPOST_KEYS (comma
+separated, newest first) or, when it is not set, from the key file omnipost.keys in the data
+directory (one key a line, newest first). The newest key encrypts; every key decrypts.
+
+To retire a key:
+  1. omnipost keys new            print a fresh key (--add puts it first in the key file)
+  2. give every process that shares the store the new key first (OMNIPOST_KEYS=NEW,OLD, or
+     the key file with NEW on its first line) and restart them
+  3. omnipost keys rotate         re-encrypt every stored secret under the new key
+  4. OMNIPOST_KEYS=NEW omnipost keys rotate --dry-run
+                                  check that the new key alone reads everything
+  5. remove the old key everywhere
+"""
+
+
+def _keys_parsers(sub: Any, common: _Parser) -> None:
+    raw = argparse.RawDescriptionHelpFormatter
+    keys = sub.add_parser(
+        "keys",
+        help="encryption keys: a new one, rotation",
+        description=_KEYS_HELP,
+        formatter_class=raw,
+    ).add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    keys.required = True
+    p = keys.add_parser(
+        "new",
+        help="print a fresh encryption key",
+        description=f"Print a fresh encryption key, and nothing else.\n\n{_KEYS_HELP}",
+        formatter_class=raw,
+    )
+    p.add_argument(
+        "--add",
+        action="store_true",
+        help="put it first in the key file of the data directory instead of printing it"
+        " (not with OMNIPOST_KEYS)",
+    )
+    p = keys.add_parser(
+        "rotate",
+        parents=[common],
+        help="re-encrypt every stored secret under the newest key",
+        description="Re-encrypt every recipient and provider secret that is not under the newest\n"
+        "key, in batches; safe while workers run, and to interrupt and run again. When some\n"
+        "row cannot be read with any key, it names the row, writes nothing and exits 1.\n\n"
+        f"{_KEYS_HELP}",
+        formatter_class=raw,
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="count what would be rewritten; write nothing"
+    )
+    p.add_argument("--json", action="store_true")
 
 
 def _console_parsers(sub: Any, common: _Parser) -> None:
@@ -161,6 +237,7 @@ def _console_parsers(sub: Any, common: _Parser) -> None:
         help="only watch: this console's own engine dispatches nothing until you press Start",
     )
     _redis_arg(p)
+    _metrics_args(p)
     p.set_defaults(gui="console")
     p = sub.add_parser(
         "self-test", parents=[common], help="run a short burst through the console, offscreen"
@@ -188,6 +265,7 @@ def _run_parsers(sub: Any, common: _Parser) -> None:
     p.add_argument("--lease-s", type=_seconds, default=30.0, help="lease length in seconds")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     _redis_arg(p)
+    _metrics_args(p)
 
     p = sub.add_parser("simulate", parents=[common], help="enqueue a burst and dispatch it live")
     p.add_argument("tenant", help="a tenant, or several separated by commas")
@@ -239,7 +317,11 @@ def _provider_parsers(sub: Any, common: _Parser) -> None:
     for action in ("add", "set"):
         p = provider.add_parser(action, parents=[common], help=f"{action} a provider")
         p.add_argument("name")
-        p.add_argument("--kind", required=action == "add", help="simulated, file, webhook or smtp")
+        p.add_argument(
+            "--kind",
+            required=action == "add",
+            help=f"{', '.join(PROVIDER_KINDS)}; `omnipost provider kinds` lists their options",
+        )
         _limit_args(p)
         p.add_argument(
             "--option", type=_key_value, action="append", default=[], metavar="KEY=VALUE"
@@ -249,9 +331,17 @@ def _provider_parsers(sub: Any, common: _Parser) -> None:
         )
     p = provider.add_parser("list", parents=[common], help="list providers (secrets masked)")
     p.add_argument("--json", action="store_true")
+    p = provider.add_parser("kinds", parents=[common], help="the kinds and the options each takes")
+    p.add_argument("--json", action="store_true")
     p = provider.add_parser("test", parents=[common], help="send one test message now")
     p.add_argument("name")
     p.add_argument("recipient")
+    p = provider.add_parser(
+        "resume",
+        parents=[common],
+        help="close a provider's open circuit now: its notifications go out again at once",
+    )
+    p.add_argument("name")
 
 
 def _dead_parsers(sub: Any, common: _Parser) -> None:

@@ -27,6 +27,7 @@ def summary_line(snap: Snapshot, elapsed_s: float, rate_per_s: float | None = No
         f"[{elapsed_s:6.1f}s] delivered {totals.delivered} ({rate_per_s:.1f}/s) "
         f"queued {queued} in-flight {leased} throttled {totals.throttled} "
         f"retried {totals.failed} dead {totals.dead} p95 {p95}"
+        + (f" held {totals.held} (provider unavailable)" if totals.held else "")
         + (f" | {buckets}" if snap.buckets else "")
     )
 

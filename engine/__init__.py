@@ -38,11 +38,21 @@ from engine.errors import (
     StoreError,
     StoreUnavailable,
 )
+from engine.health import CircuitState, ProviderHealth
 from engine.limiter import Limiter, Reservation
 from engine.local_limiter import LocalLimiter
 from engine.policy import RetryPolicy
 from engine.present import MASKED_VALUE, fmt_limit, masked_secrets
-from engine.providers import BUILTIN_KINDS, Provider, ProviderConfig, ProviderFactory
+from engine.providers import (
+    BUILTIN_KINDS,
+    COMMON_OPTIONS,
+    PROVIDER_KINDS,
+    OptionSpec,
+    Provider,
+    ProviderConfig,
+    ProviderFactory,
+    ProviderKind,
+)
 from engine.ratelimit import TokenBucket
 from engine.retention import DEFAULT_RETENTION, PruneReport, Retention, format_age, parse_age
 from engine.simulate import Pattern, predicted_drain_s
@@ -58,17 +68,21 @@ from engine.store import (
     WorkerRecord,
     masked_url,
 )
+from engine.store.rotation import RotationProgress, RotationReport, TableRotation
 from engine.telemetry import Counters, Snapshot, TenantDepth
 
 __all__ = [
     "BUILTIN_KINDS",
+    "COMMON_OPTIONS",
     "DEFAULT_RETENTION",
     "MASKED_VALUE",
     "MAX_KEY_CHARS",
+    "PROVIDER_KINDS",
     "UNSET",
     "AuditEntry",
     "BucketKey",
     "BucketLevel",
+    "CircuitState",
     "Clock",
     "ConfigError",
     "Conflict",
@@ -87,18 +101,23 @@ __all__ = [
     "NotificationState",
     "NotificationView",
     "OmniPostError",
+    "OptionSpec",
     "Outcome",
     "PairLimit",
     "Pattern",
     "Provider",
     "ProviderConfig",
     "ProviderFactory",
+    "ProviderHealth",
+    "ProviderKind",
     "ProviderRecord",
     "PruneReport",
     "RedisLimiter",
     "Reservation",
     "Retention",
     "RetryPolicy",
+    "RotationProgress",
+    "RotationReport",
     "SecretBox",
     "SendResult",
     "SimulationProgress",
@@ -108,6 +127,7 @@ __all__ = [
     "StoreSize",
     "StoreUnavailable",
     "SystemClock",
+    "TableRotation",
     "TenantDepth",
     "TenantRecord",
     "TokenBucket",

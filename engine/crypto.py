@@ -13,11 +13,14 @@ __all__ = ["SecretBox", "mask", "mask_mapping"]
 
 
 class SecretBox:
-    """Encrypts and decrypts short strings; the first key encrypts, every key decrypts."""
+    """Encrypts and decrypts short strings; the first key encrypts, every key decrypts.
 
-    __slots__ = ("_count", "_fernet")
+    ``source`` says where the keys came from (``OMNIPOST_KEYS``, ``the key file PATH``), for
+    messages that must tell an operator which keys to fix; it is never a key."""
 
-    def __init__(self, keys: Sequence[str | bytes]) -> None:
+    __slots__ = ("_count", "_fernet", "_newest", "source")
+
+    def __init__(self, keys: Sequence[str | bytes], *, source: str = "") -> None:
         if not keys:
             raise ConfigError("at least one encryption key is needed.")
         try:
@@ -27,16 +30,30 @@ class SecretBox:
                 "an encryption key is not valid; each must be 32 url-safe base64-encoded bytes."
             ) from exc
         self._fernet = MultiFernet(fernets)
+        self._newest = fernets[0]
         self._count = len(fernets)
+        self.source = source
+
+    @property
+    def key_count(self) -> int:
+        return self._count
+
+    def describe_keys(self) -> str:
+        """``the 2 keys in OMNIPOST_KEYS``, ``the 1 key in the key file PATH``, or, without a
+        source, ``the 2 configured keys``."""
+        plural = "" if self._count == 1 else "s"
+        if self.source:
+            return f"the {self._count} key{plural} in {self.source}"
+        return f"the {self._count} configured key{plural}"
 
     @staticmethod
     def generate_key() -> str:
         return Fernet.generate_key().decode("ascii")
 
     @classmethod
-    def from_text(cls, text: str) -> SecretBox:
+    def from_text(cls, text: str, *, source: str = "") -> SecretBox:
         """Keys as in ``OMNIPOST_KEYS``: comma separated, newest first."""
-        return cls([k.strip() for k in text.split(",") if k.strip()])
+        return cls([k.strip() for k in text.split(",") if k.strip()], source=source)
 
     def encrypt(self, plaintext: str) -> str:
         return self._fernet.encrypt(plaintext.encode("utf-8")).decode("ascii")
@@ -55,8 +72,19 @@ class SecretBox:
         except (InvalidToken, ValueError) as exc:
             raise _undecryptable() from exc
 
+    def is_current(self, token: str) -> bool:
+        """Whether the newest key wrote ``token``, so ``rotate`` would gain nothing. Checks the
+        token's signature under that key alone (an HMAC, no decryption); False for a token of
+        any other key and for one no key can read."""
+        try:
+            self._newest.extract_timestamp(token.encode("ascii"))
+        except (InvalidToken, ValueError):
+            return False
+        return True
+
     def __repr__(self) -> str:
-        return f"SecretBox(keys={self._count})"
+        source = f", source={self.source!r}" if self.source else ""
+        return f"SecretBox(keys={self._count}{source})"
 
 
 def _undecryptable() -> OmniPostError:

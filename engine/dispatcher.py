@@ -7,6 +7,9 @@
 4. Hand the leases to a fixed pool of delivery tasks (bounded concurrency).
 5. With nothing to do, sleep until the next token of a key with work, a wake-up, or a poll.
 
+A provider whose circuit is open (engine/circuit.py) is skipped until its probe is due: one
+notification, leased alone; the sleep ends no later than that.
+
 Outcomes are written back in batches by one completer task, fenced on owner and attempt.
 Every wait (sleeps, back-offs, the send and stop timeouts) goes through the ``Clock``, so that
 tests run all of this on virtual time.
@@ -22,6 +25,7 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from engine.circuit import Circuits
 from engine.clock import Clock
 from engine.directory import Directory
 from engine.domain import BucketKey, Message, NotificationState, SendResult
@@ -49,6 +53,7 @@ class DispatcherSettings:
     stop_timeout_s: float = 10.0  # in-flight sends get this long to finish on stop
     completion_batch: int = 256
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    health_refresh_s: float = 2.0  # how often the providers' circuits are read from the store
 
 
 class Dispatcher:
@@ -90,6 +95,8 @@ class Dispatcher:
         self._started = False  # delivery tasks exist only once ``run`` has started
         self._flushing = asyncio.Lock()  # the completer and ``drain`` both flush
         self._cancelled: list[Leased] = []  # sends cut short by ``drain``; it returns them
+        probe_lease_s = settings.send_timeout_s + settings.lease_s
+        self.circuits = Circuits(store, directory, clock, owner=owner, probe_lease_s=probe_lease_s)
         self.delivered = 0
         self.on_wait: Callable[[float], None] | None = None  # tests observe sleeps
 
@@ -164,6 +171,8 @@ class Dispatcher:
     async def _refresh_due(self) -> None:
         self._due_stale = False
         self._refreshed_at = self._clock.monotonic()
+        if self._refreshed_at - self.circuits.read_at >= self.settings.health_refresh_s:
+            await self.circuits.refresh()
         enabled = [t.id for t in self._dir.tenants.values() if t.enabled]
         rows = await self._store.queue.due_keys(self._clock.wall(), enabled)
         self._due = {(r.tenant_id, r.provider_id): r for r in rows}
@@ -181,6 +190,10 @@ class Dispatcher:
             free = self.concurrency - self.inflight
             if free <= 0:
                 return wait_s if not progressed else 0.0
+            blocked_s = self.circuits.blocked_for_s(key[1], now)
+            if blocked_s > 0:  # its circuit is open; no probe yet, or another worker's
+                wait_s = min(wait_s, blocked_s)
+                continue
             got, key_wait_s = await self._serve(key, min(free, self.settings.batch))
             progressed |= got > 0
             wait_s = min(wait_s, key_wait_s)
@@ -197,9 +210,13 @@ class Dispatcher:
             return 0, self.settings.poll_s
         due = self._due[key]
         buckets = BucketKey.for_send(tenant.name, provider.name)
-        reservation = await self._limiter.reserve(buckets, min(room, due.due))
+        probing = not self.circuits.is_closed(provider_id)  # and its probe is due
+        reservation = await self._limiter.reserve(buckets, 1 if probing else min(room, due.due))
         if reservation.granted == 0:
             return 0, reservation.wait_s
+        if probing and not await self.circuits.take_probe(provider_id):
+            await self._limiter.refund(reservation, reservation.granted)
+            return 0, self.settings.poll_s  # another worker probes it
         claimed = await self._store.queue.claim(
             tenant_id,
             provider_id,
@@ -209,6 +226,8 @@ class Dispatcher:
             now=self._clock.wall(),
         )
         leased = await self._retake(buckets, reservation, claimed)
+        if probing:
+            await self.circuits.probing(provider_id, leased)
         left = due.due - len(leased) if len(leased) == reservation.granted else 0
         self._due[key] = DueKey(tenant_id, provider_id, left, due.next_available_at)
         if left == 0:
@@ -270,15 +289,20 @@ class Dispatcher:
                 payload=item.payload,
                 idempotency_key=item.idempotency_key,
                 attempt=item.attempt,
+                delivery_attempt=item.failures + 1,
             )
+            started_s = self._clock.monotonic()
             result = await self._send(provider.send(message))
-        decision = decide(
-            result,
-            failures=item.failures,
-            max_attempts=item.max_attempts,
-            policy=self.settings.retry,
-            rand=self._rng.random(),
-        )
+            self._telemetry.observe_send(record.name, self._clock.monotonic() - started_s)
+        decision = await self.circuits.after_send(item, result)
+        if decision is None:  # not held by the circuit: the retry policy decides
+            decision = decide(
+                result,
+                failures=item.failures,
+                max_attempts=item.max_attempts,
+                policy=self.settings.retry,
+                rand=self._rng.random(),
+            )
         if decision.throttle_s and record is not None:
             # Every sender of this provider backs off, not only this notification.
             await self._limiter.block(BucketKey.for_provider(record.name), decision.throttle_s)
@@ -288,8 +312,8 @@ class Dispatcher:
         try:
             async with self._clock.timeout(self.settings.send_timeout_s):
                 return await call
-        except TimeoutError:
-            return SendResult.transient(
+        except TimeoutError:  # the provider's, not the message's: it counts toward its circuit
+            return SendResult.unavailable(
                 f"provider did not answer in {self.settings.send_timeout_s:g}s"
             )
         except asyncio.CancelledError:
@@ -352,8 +376,7 @@ class Dispatcher:
             if not ok:
                 self._telemetry.count("takeovers")
                 continue
-            dead = completion.state is NotificationState.DEAD
-            self._telemetry.record(completion.outcome, dead=dead, latency_s=completion.latency_s)
+            self._telemetry.completed(completion, self._dir.tenants, self._dir.providers)
             if completion.state is NotificationState.DELIVERED:
                 self.delivered += 1
             requeued |= completion.state is NotificationState.QUEUED

@@ -56,6 +56,10 @@ class Outcome(enum.StrEnum):
     THROTTLED = "throttled"
     TRANSIENT = "transient"
     PERMANENT = "permanent"
+    # The provider could not take any message (refused connection, TLS, login, timeout): the
+    # message was not tried, spends no attempt, and the failure counts toward the provider's
+    # circuit breaker (engine/health.py).
+    UNAVAILABLE = "unavailable"
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +140,14 @@ class BucketLevel:
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """What a provider is asked to deliver. ``recipient`` is plaintext: never log it."""
+    """What a provider is asked to deliver. ``recipient`` is plaintext: never log it.
+
+    Two counts, for two readers. ``attempt`` is the lease's claim number, bumped by every claim
+    (throttled sends, lease takeovers and requeues included): it rises with every redelivery,
+    and is what the store fences on. ``delivery_attempt`` is the attempt as the retry policy
+    counts it and a receiver understands it: 1 for the first, one more after each transient
+    failure, never above the notification's ``max_attempts``.
+    """
 
     notification_id: int
     tenant: str
@@ -145,15 +156,27 @@ class Message:
     payload: dict[str, Any]
     idempotency_key: str
     attempt: int
+    delivery_attempt: int = 1
 
 
 @dataclass(frozen=True, slots=True)
 class SendResult:
-    """A provider's answer. ``retry_after_s`` only means something for THROTTLED."""
+    """A provider's answer. ``retry_after_s`` only means something for THROTTLED.
+
+    ``provider_fault`` marks a TRANSIENT failure that is the provider's rather than the
+    message's (an HTTP 5xx, an SMTP server error not about the recipient): the message was
+    tried and spends its attempt, but a run of them opens the provider's circuit. UNAVAILABLE
+    is always the provider's fault."""
 
     outcome: Outcome
     detail: str = ""
     retry_after_s: float | None = None
+    provider_fault: bool = False
+
+    @property
+    def is_provider_fault(self) -> bool:
+        """Whether this failure counts toward the provider's circuit breaker."""
+        return self.outcome is Outcome.UNAVAILABLE or self.provider_fault
 
     @classmethod
     def delivered(cls, detail: str = "") -> SendResult:
@@ -164,8 +187,13 @@ class SendResult:
         return cls(Outcome.THROTTLED, detail or "throttled by provider", retry_after_s)
 
     @classmethod
-    def transient(cls, detail: str) -> SendResult:
-        return cls(Outcome.TRANSIENT, detail)
+    def transient(cls, detail: str, *, provider_fault: bool = False) -> SendResult:
+        return cls(Outcome.TRANSIENT, detail, provider_fault=provider_fault)
+
+    @classmethod
+    def unavailable(cls, detail: str) -> SendResult:
+        """The provider cannot take any message now; nothing was sent."""
+        return cls(Outcome.UNAVAILABLE, detail)
 
     @classmethod
     def permanent(cls, detail: str) -> SendResult:

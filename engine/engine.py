@@ -5,8 +5,9 @@ Qt loop through qasync, the CLI on a plain asyncio loop; it installs no signal h
 never looks the loop up before it runs on one.
 
 This module holds the lifecycle (start, pause, stop, the supervised background tasks) and the
-running engine's figures; configuration, notifications and retention are in ``config_api``,
-``notifications_api`` and ``retention_api``, the parts they share in ``parts``.
+running engine's figures; configuration, notifications, retention and key rotation are in
+``config_api``, ``notifications_api``, ``retention_api`` and ``keys_api``, the parts they
+share in ``parts``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from engine.clock import Clock
 from engine.config_api import ConfigApi
 from engine.domain import NotificationState, Outcome
 from engine.errors import OmniPostError
+from engine.health_api import HealthApi
+from engine.keys_api import KeysApi
 from engine.limiter import Limiter
 from engine.notifications_api import NotificationsApi
 from engine.parts import EngineSettings
@@ -51,7 +54,7 @@ class EngineState(enum.StrEnum):
     FAILED = "failed"
 
 
-class Engine(ConfigApi, NotificationsApi, RetentionApi):
+class Engine(ConfigApi, NotificationsApi, RetentionApi, KeysApi, HealthApi):
     def __init__(
         self,
         store: Store,
@@ -104,11 +107,12 @@ class Engine(ConfigApi, NotificationsApi, RetentionApi):
         await self.limiter.aclose()
 
     async def start(self) -> None:
-        """Start dispatching (a no-op when already running)."""
+        """Start dispatching (a no-op when already running). A stop is final for ``start``:
+        ``restart`` starts a stopped or failed engine again."""
         if self.state in (EngineState.RUNNING, EngineState.PAUSED):
             return
         if self.state in (EngineState.STOPPING, EngineState.STOPPED, EngineState.FAILED):
-            raise OmniPostError("this engine was stopped; open a new one.")
+            raise OmniPostError("this engine was stopped; restart it to dispatch again.")
         self._started_at = self.clock.wall()
         self._resumed.set()
         self.state = EngineState.RUNNING
@@ -121,6 +125,18 @@ class Engine(ConfigApi, NotificationsApi, RetentionApi):
         self._spawn("loop-lag", self._measure_lag())
         self._spawn("listen", self.store.listen(self.dispatcher.wake))
         self._spawn("prune", self._prune_loop())
+
+    async def restart(self) -> None:
+        """Stop if running, then start again as a new worker: a new worker id and a fresh
+        dispatcher (same concurrency) over the same store, directory and limiter. The limiter's
+        buckets keep their levels, so a stop and a start let no extra burst out (a new engine's
+        local buckets would start full); the Redis limiter's live in Redis either way."""
+        await self.stop()
+        self.worker_id, self.dispatcher = self._new_worker(self.dispatcher.concurrency)
+        self.failure = None
+        self._stopped.clear()
+        self.state = EngineState.IDLE
+        await self.start()
 
     def pause(self) -> None:
         """Stop taking new work; sends under way finish."""
@@ -230,6 +246,8 @@ class Engine(ConfigApi, NotificationsApi, RetentionApi):
 
     async def _refresh(self) -> None:
         await self.directory.refresh()
+        # Also while paused (a console that only watches): the snapshot shows this view.
+        await self.dispatcher.circuits.refresh()
 
     async def _measure_lag(self) -> None:
         interval_s = 0.1
@@ -301,6 +319,7 @@ class Engine(ConfigApi, NotificationsApi, RetentionApi):
             limiter_backend=self.limiter_backend,
             workers=workers,
             failure=self.failure,
+            health=self.dispatcher.circuits.view(),
         )
 
     # -- simulation -------------------------------------------------------------------------

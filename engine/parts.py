@@ -64,20 +64,29 @@ class EngineParts:
         self.clock = clock or SystemClock()
         self.settings = settings or EngineSettings()
         self.actor = actor
-        self.worker_id = f"{socket.gethostname()[:40]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.telemetry = Telemetry(self.clock)
         self.directory = Directory(store, limiter, self.factories)
-        self.dispatcher = Dispatcher(
-            store,
-            limiter,
+        self._rng = rng
+        self.worker_id, self.dispatcher = self._new_worker(self.settings.dispatch.concurrency)
+        self._side: set[asyncio.Future[None]] = set()
+
+    def _new_worker(self, concurrency: int) -> tuple[str, Dispatcher]:
+        """A new worker id and a dispatcher for it over the same store, limiter, directory and
+        telemetry. Worker ids are unique per start: the store fences leases on them, so a
+        restarted engine must never complete what its previous run leased."""
+        worker_id = f"{socket.gethostname()[:40]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        dispatcher = Dispatcher(
+            self.store,
+            self.limiter,
             self.directory,
             self.telemetry,
             self.clock,
-            owner=self.worker_id,
+            owner=worker_id,
             settings=self.settings.dispatch,
-            rng=rng,
+            rng=self._rng,
         )
-        self._side: set[asyncio.Future[None]] = set()
+        dispatcher.set_concurrency(concurrency)
+        return worker_id, dispatcher
 
     async def _ids(self, tenant: str, provider: str | None = None) -> tuple[int, int]:
         """The store ids of ``tenant`` and ``provider`` (0 when None), looking in the store

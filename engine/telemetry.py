@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from engine.clock import Clock
 from engine.domain import BucketLevel, NotificationState, Outcome
-from engine.store.records import DepthRow
+from engine.health import ProviderHealth
+from engine.store.records import Completion, DepthRow, ProviderRecord, TenantRecord
 
 __all__ = [
+    "DELIVERY_BOUNDS_S",
+    "SEND_BOUNDS_S",
     "Counters",
+    "Histogram",
+    "PairCounts",
     "Snapshot",
     "Telemetry",
     "TenantDepth",
@@ -22,6 +28,12 @@ __all__ = [
 ]
 
 _RATE_SPAN_S = 5
+# Upper bounds of the cumulative histograms: a provider call (5 ms to 30 s; the send timeout
+# is 60 s by default, so a call cut short lands above the last), and enqueue to delivery (50 ms
+# to an hour: a backlog drained at its rate takes minutes).
+SEND_BOUNDS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+DELIVERY_BOUNDS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+_OUTCOME_COUNTERS = ("delivered", "throttled", "failed", "dead", "held")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +53,33 @@ class Counters:
     failed: int = 0  # transient failures that will be retried
     dead: int = 0
     takeovers: int = 0  # completions refused because the lease had moved on
+    held: int = 0  # sends the provider could not take (unavailable): queued again, unspent
     reaped: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PairCounts:
+    """Outcomes of one (tenant, provider) written by this engine since it was made."""
+
+    tenant: str
+    provider: str
+    delivered: int = 0
+    throttled: int = 0
+    failed: int = 0
+    dead: int = 0
+    held: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Histogram:
+    """One provider's observations since the engine was made: ``cumulative[i]`` of them were
+    at most ``bounds_s[i]`` (Prometheus' ``le`` buckets), ``count`` in all, summing ``sum_s``."""
+
+    provider: str
+    bounds_s: tuple[float, ...]
+    cumulative: tuple[int, ...]
+    count: int
+    sum_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +104,13 @@ class Snapshot:
     loop_lag_s: float
     workers: tuple[str, ...] = field(default_factory=tuple)
     failure: str | None = None
+    # Every provider's circuit as this engine last saw it (no store read), by provider name.
+    health: tuple[ProviderHealth, ...] = ()
+    # Cumulative, for a scraper (app/metrics.py): outcomes per (tenant, provider), provider
+    # call durations and enqueue-to-delivery latencies per provider.
+    outcomes: tuple[PairCounts, ...] = ()
+    send_durations: tuple[Histogram, ...] = ()
+    delivery_latencies: tuple[Histogram, ...] = ()
 
 
 def percentile(sorted_values: list[float], q: float) -> float | None:
@@ -76,40 +121,104 @@ def percentile(sorted_values: list[float], q: float) -> float | None:
     return sorted_values[min(rank, len(sorted_values)) - 1]
 
 
+class _Buckets:
+    """A histogram being filled: a count per bound (not cumulative) and one above the last."""
+
+    __slots__ = ("bounds_s", "counts", "sum_s")
+
+    def __init__(self, bounds_s: tuple[float, ...]) -> None:
+        self.bounds_s = bounds_s
+        self.counts = [0] * (len(bounds_s) + 1)
+        self.sum_s = 0.0
+
+    def observe(self, value_s: float) -> None:
+        value_s = max(0.0, value_s)  # enqueue times come from other hosts' clocks
+        self.counts[bisect_left(self.bounds_s, value_s)] += 1  # a value on a bound is "le" it
+        self.sum_s += value_s
+
+    def frozen(self, provider: str) -> Histogram:
+        running, cumulative = 0, []
+        for n in self.counts[:-1]:
+            running += n
+            cumulative.append(running)
+        return Histogram(provider, self.bounds_s, tuple(cumulative), sum(self.counts), self.sum_s)
+
+
 class Telemetry:
-    """Counts outcomes per second over a short window, and recent delivery latencies."""
+    """Counts outcomes per second over a short window, and recent delivery latencies; and,
+    since it was made, outcomes per (tenant, provider) and histograms per provider. Memory is
+    bounded by the configured tenants and providers, never by the traffic."""
 
     def __init__(self, clock: Clock, *, latency_window: int = 4096) -> None:
         self._clock = clock
         self._totals: dict[str, int] = dict.fromkeys(Counters.__slots__, 0)
         self._per_second: deque[tuple[int, dict[Outcome, int]]] = deque(maxlen=_RATE_SPAN_S + 2)
         self._latencies: deque[float] = deque(maxlen=latency_window)
+        self._pairs: dict[tuple[str, str], dict[str, int]] = {}
+        self._sends: dict[str, _Buckets] = {}
+        self._deliveries: dict[str, _Buckets] = {}
         self.loop_lag_s = 0.0
 
     def record(
-        self, outcome: Outcome, *, dead: bool = False, latency_s: float | None = None
+        self,
+        outcome: Outcome,
+        *,
+        dead: bool = False,
+        latency_s: float | None = None,
+        pair: tuple[str, str] | None = None,
     ) -> None:
+        """One completion written back; ``pair`` (tenant, provider) names, when known, is also
+        counted on its own, and its provider's delivery latency histogram gets ``latency_s``."""
         second = int(self._clock.monotonic())
         if not self._per_second or self._per_second[-1][0] != second:
             self._per_second.append((second, {}))
         counts = self._per_second[-1][1]
         counts[outcome] = counts.get(outcome, 0) + 1
-        if outcome is Outcome.DELIVERED:
-            self._totals["delivered"] += 1
-            if latency_s is not None:
-                self._latencies.append(latency_s)
-        elif outcome is Outcome.THROTTLED:
-            self._totals["throttled"] += 1
-        elif dead:
-            self._totals["dead"] += 1
-        else:
-            self._totals["failed"] += 1
+        name = _counter(outcome, dead=dead)
+        self._totals[name] += 1
+        if pair is not None:
+            self._pairs.setdefault(pair, dict.fromkeys(_OUTCOME_COUNTERS, 0))[name] += 1
+        if outcome is Outcome.DELIVERED and latency_s is not None:
+            self._latencies.append(latency_s)
+            if pair is not None:
+                _buckets(self._deliveries, pair[1], DELIVERY_BOUNDS_S).observe(latency_s)
+
+    def completed(
+        self,
+        completion: Completion,
+        tenants: Mapping[int, TenantRecord],
+        providers: Mapping[int, ProviderRecord],
+    ) -> None:
+        """``completion`` was written back: ``record`` it, its tenant and provider named from
+        ``tenants`` and ``providers`` (by id when one has gone meanwhile)."""
+        leased = completion.leased
+        tenant, provider = tenants.get(leased.tenant_id), providers.get(leased.provider_id)
+        pair = (
+            tenant.name if tenant is not None else str(leased.tenant_id),
+            provider.name if provider is not None else str(leased.provider_id),
+        )
+        dead = completion.state is NotificationState.DEAD
+        self.record(completion.outcome, dead=dead, latency_s=completion.latency_s, pair=pair)
+
+    def observe_send(self, provider: str, duration_s: float) -> None:
+        """One provider call took ``duration_s``, whatever its outcome."""
+        _buckets(self._sends, provider, SEND_BOUNDS_S).observe(duration_s)
 
     def count(self, name: str, n: int = 1) -> None:
         self._totals[name] += n
 
     def totals(self) -> Counters:
         return Counters(**self._totals)
+
+    def pair_counts(self) -> tuple[PairCounts, ...]:
+        """Outcomes per (tenant, provider) so far, in name order."""
+        return tuple(PairCounts(t, p, **n) for (t, p), n in sorted(self._pairs.items()))
+
+    def send_durations(self) -> tuple[Histogram, ...]:
+        return tuple(b.frozen(p) for p, b in sorted(self._sends.items()))
+
+    def delivery_latencies(self) -> tuple[Histogram, ...]:
+        return tuple(b.frozen(p) for p, b in sorted(self._deliveries.items()))
 
     def rate_per_s(self, *outcomes: Outcome) -> float:
         """Mean per second over the last few whole seconds."""
@@ -128,6 +237,24 @@ class Telemetry:
 
     def __repr__(self) -> str:
         return f"Telemetry({self.totals()})"
+
+
+def _counter(outcome: Outcome, *, dead: bool) -> str:
+    """Which of ``Counters``' outcome fields a completion adds to."""
+    if outcome is Outcome.DELIVERED:
+        return "delivered"
+    if outcome is Outcome.THROTTLED:
+        return "throttled"
+    if outcome is Outcome.UNAVAILABLE:
+        return "held"  # by the provider's circuit: no attempt spent, never dead for it
+    return "dead" if dead else "failed"
+
+
+def _buckets(table: dict[str, _Buckets], provider: str, bounds_s: tuple[float, ...]) -> _Buckets:
+    found = table.get(provider)
+    if found is None:
+        found = table[provider] = _Buckets(bounds_s)
+    return found
 
 
 def tenant_depths(
@@ -170,6 +297,7 @@ def build_snapshot(
     limiter_backend: str,
     workers: Iterable[str] = (),
     failure: str | None = None,
+    health: Iterable[ProviderHealth] = (),
 ) -> Snapshot:
     """One engine's figures at ``now`` (unix s): the queue from the store's depth rows (see
     ``tenant_depths``), rates and latencies from ``telemetry`` as its clock reads now, and the
@@ -194,4 +322,8 @@ def build_snapshot(
         loop_lag_s=telemetry.loop_lag_s,
         workers=tuple(workers),
         failure=failure,
+        health=tuple(health),
+        outcomes=telemetry.pair_counts(),
+        send_durations=telemetry.send_durations(),
+        delivery_latencies=telemetry.delivery_latencies(),
     )

@@ -128,11 +128,14 @@ def message(
     recipient: str = "bob@example.com",
     key: str | None = None,
     attempt: int = 1,
+    delivery_attempt: int = 1,
 ) -> Message:
     """Notification ``n`` of tenant ``acme`` as a provider is asked to send it: keyed
-    ``key-N`` and with the payload ``{"subject": "hi"}`` unless told otherwise."""
+    ``key-N`` and with the payload ``{"subject": "hi"}`` unless told otherwise. ``attempt`` is
+    the lease's claim number, ``delivery_attempt`` the retry policy's (see ``Message``)."""
     body = {"subject": "hi"} if payload is None else payload
-    return Message(n, "acme", provider, recipient, body, key or f"key-{n}", attempt)
+    key = key or f"key-{n}"
+    return Message(n, "acme", provider, recipient, body, key, attempt, delivery_attempt)
 
 
 def new_notification(

@@ -28,6 +28,18 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
+def closed(provider: str) -> dict[str, Any]:
+    """A provider's ``health`` in JSON while its circuit has never opened."""
+    return {
+        "provider": provider,
+        "state": "closed",
+        "since": None,
+        "last_error": "",
+        "next_probe_at": None,
+        "failures": 0,
+    }
+
+
 def depth(cli: Cli) -> dict[str, dict[str, Any]]:
     return {d["tenant"]: d for d in cli.json("stats")["depth"]}
 
@@ -93,6 +105,7 @@ def test_provider_add_set_list_masks_every_secret(cli: Cli, tmp_path: Path) -> N
             "limit": {"rate_per_s": 50.0, "burst": 50.0},
             "options": {"path": str(out)},
             "secrets": {},
+            "health": closed("audit"),
         },
         {
             "name": "hook",
@@ -100,6 +113,7 @@ def test_provider_add_set_list_masks_every_secret(cli: Cli, tmp_path: Path) -> N
             "limit": {"rate_per_s": 5.0, "burst": 5.0},
             "options": {"url": "http://127.0.0.1:9/hook"},
             "secrets": {"header.Authorization": "********", "signing_key": "********"},
+            "health": closed("hook"),
         },
         {
             "name": "sim",
@@ -107,6 +121,7 @@ def test_provider_add_set_list_masks_every_secret(cli: Cli, tmp_path: Path) -> N
             "limit": {"rate_per_s": 100.0, "burst": 10.0},
             "options": {"latency_ms": "2", "seed": "7"},
             "secrets": {},
+            "health": closed("sim"),
         },
     ]
     table = cli.ok("provider", "list")
@@ -264,9 +279,17 @@ def test_stats_text_and_json(cli: Cli) -> None:
         "tenant:acme": {"rate_per_s": 4.0, "burst": 2.0},
         "provider:sim": None,
     }
-    assert set(stats["last_60s"]) == {"delivered", "throttled", "transient", "permanent"}
+    assert set(stats["last_60s"]) == {
+        "delivered",
+        "throttled",
+        "transient",
+        "permanent",
+        "unavailable",
+    }
+    assert stats["health"] == [closed("sim")]
     assert stats["workers"] == []
     text = cli.ok("stats")
+    assert re.search(r"^sim +closed +0 +-$", text, re.MULTILINE), text
     assert "TENANT  QUEUED  IN FLIGHT  DELIVERED  DEAD  OLDEST QUEUED" in text
     assert "live workers: 0" in text
     assert "+15551234567" not in text

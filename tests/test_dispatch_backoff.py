@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import pytest
 
 from engine import (
+    CircuitState,
     DispatcherSettings,
     EngineSettings,
     Message,
@@ -101,9 +102,12 @@ async def test_outcomes_that_could_not_be_written_are_written_again(
     assert engine.totals().delivered == 1
 
 
-async def test_a_send_that_does_not_answer_times_out_and_is_retried(
+async def test_a_send_that_does_not_answer_times_out_and_is_held_without_spending_an_attempt(
     engines: VirtualEngines, script: Script
 ) -> None:
+    """The dispatcher's own send timeout is the provider's fault (UNAVAILABLE): the circuit
+    holds the notification, queued again after its back-off (circuit_backoff_s, 5 s), not the
+    retry policy's; no attempt is spent, and one such failure leaves the circuit closed."""
     settings = DispatcherSettings(send_timeout_s=30.0, retry=NO_JITTER)
     engine = await engines.open(EngineSettings(dispatch=settings))
     script.answers.append(hang)
@@ -112,8 +116,15 @@ async def test_a_send_that_does_not_answer_times_out_and_is_retried(
     await engines.until_empty(engine)
 
     first, second = script.calls
-    assert second.at_s - first.at_s == pytest.approx(30.0 + 1.0)  # the timeout, the backoff
-    assert await history(engine, nid) == [(1, Outcome.TRANSIENT), (2, Outcome.DELIVERED)]
+    assert second.at_s - first.at_s == pytest.approx(30.0 + 5.0)  # the timeout, the circuit's
+    assert (first.message.delivery_attempt, second.message.delivery_attempt) == (1, 1)
+    assert await history(engine, nid) == [(1, Outcome.UNAVAILABLE), (2, Outcome.DELIVERED)]
+    row = await view(engine, nid)
+    assert (row.state, row.failures) == (NotificationState.DELIVERED, 0)
+    totals = engine.totals()
+    assert (totals.held, totals.failed, totals.delivered) == (1, 0, 1)
+    health = (await engine.provider_health())["p"]
+    assert (health.state, health.failures) == (CircuitState.CLOSED, 0)
     tenant_id = engine.directory.tenant_id("acme")
     assert tenant_id is not None
     log = await engine.store.queue.deliveries(tenant_id, notification_id=nid)

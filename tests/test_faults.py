@@ -26,6 +26,7 @@ from sqlalchemy.engine import make_url
 
 from engine import (
     BUILTIN_KINDS,
+    CircuitState,
     DispatcherSettings,
     Engine,
     EngineSettings,
@@ -372,7 +373,8 @@ async def hang_world(
     quick = Recorders(on_send=lambda: hanging.seen_by_quick.append(hanging.live))
     engine = await open_engine(store, {"hang": hanging, "record": quick}, settings)
     await engine.add_tenant("acme")
-    await engine.add_provider("stuck", "hang")
+    # A failed probe would send one of them again: none within a test.
+    await engine.add_provider("stuck", "hang", options={"circuit_backoff_s": "600"})
     await engine.add_provider("quick", "record")
     quick_keys = [f"quick-{n}" for n in range(QUICK)]
     await engine.enqueue_many("acme", items("stuck", [f"stuck-{n}" for n in range(STUCK)]))
@@ -381,28 +383,37 @@ async def hang_world(
 
 
 async def test_hanging_sends_time_out_while_others_flow(store: Store) -> None:
-    """Sends that never answer become transient failures after ``send_timeout_s``, retried
-    and then dead; their leases, shorter than the timeout, are renewed meanwhile (never reaped
-    nor taken over); the other provider's notifications are all delivered while they hang."""
+    """Sends that never answer are the provider's fault (unavailable) after ``send_timeout_s``:
+    held by its circuit, which they open, queued again with no attempt spent and never dead;
+    their leases, shorter than the timeout, are renewed meanwhile (never reaped nor taken
+    over); the other provider's notifications are all delivered while they hang."""
     settings = fast_settings(concurrency=8, lease_s=0.5, send_timeout_s=2.5)
     settings = dataclasses.replace(settings, max_attempts=2, heartbeat_s=0.1)
     engine, hanging, quick, quick_keys = await hang_world(store, settings)
     try:
         await engine.start()
-        assert await engine.run_until_empty(timeout_s=60), await depth(store)
-        totals = engine.telemetry.totals()
+
+        async def held() -> bool:
+            return bool(await engine.held_by_circuits())
+
+        await eventually(held, 60, "the stuck ones held by their circuit")
+        [health] = await engine.held_by_circuits()
     finally:
         await engine.close()
-    assert await depth(store) == {"queued": 0, "leased": 0, "delivered": QUICK, "dead": STUCK}
+    totals = engine.telemetry.totals()  # every outcome written and counted by now
+    assert (health.provider, health.state) == ("stuck", CircuitState.OPEN)
+    assert health.failures >= 3 and health.last_error == "provider did not answer in 2.5s"
+    assert await depth(store) == {"queued": STUCK, "leased": 0, "delivered": QUICK, "dead": 0}
     assert await store.queue.depth() == await store.queue.recount()
     quick.check(quick_keys)
     assert hanging.seen_by_quick[-1] > 0, "the quick ones waited for the stuck ones"
-    assert sorted(a for _, a in hanging.calls) == [1] * STUCK + [2] * STUCK
+    assert sorted(a for _, a in hanging.calls) == [1] * STUCK  # no probe yet (600 s away)
     assert not hanging.overlapped and (totals.takeovers, totals.reaped) == (0, 0)
+    assert (totals.held, totals.failed, totals.dead) == (STUCK, 0, 0)
     tenant = (await store.config.tenant("acme")).id
-    for view in await store.queue.list_by_tenant(tenant, state=NotificationState.DEAD):
+    for view in await store.queue.list_by_tenant(tenant, state=NotificationState.QUEUED):
         assert view.last_error == "provider did not answer in 2.5s", view
-        assert view.failures == 2
+        assert view.failures == 0
 
 
 async def test_stopping_returns_the_leases_of_hanging_sends(store: Store) -> None:

@@ -154,14 +154,17 @@ async def test_an_address_that_is_not_one_is_permanent_without_connecting(
     assert mail.sessions == []
 
 
-async def test_no_server_is_transient() -> None:
+async def test_no_server_is_unavailable() -> None:
+    """Nothing listening is the provider's fault, not the message's: no attempt is spent."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     smtp = SmtpProvider("mail", "127.0.0.1", "me@x.test", port=port, security="none")
     result = await smtp.send(order())
-    assert result.outcome is Outcome.TRANSIENT
+    assert result.outcome is Outcome.UNAVAILABLE
+    assert result.is_provider_fault
     assert result.detail.startswith("SMTPConnectError")
+    assert RECIPIENT not in result.detail
     await smtp.aclose()
 
 
@@ -245,8 +248,9 @@ def check_login(
     ("password", "trusted", "outcome", "detail"),
     [
         ("hunter2", True, Outcome.DELIVERED, "accepted: "),
-        ("wrong", True, Outcome.PERMANENT, "SMTP 535: "),
-        ("hunter2", False, Outcome.TRANSIENT, "SSLCertVerificationError: "),
+        # a failed login or an untrusted certificate stops every message alike: the provider's
+        ("wrong", True, Outcome.UNAVAILABLE, "SMTP 535: "),
+        ("hunter2", False, Outcome.UNAVAILABLE, "SSLCertVerificationError: "),
     ],
 )
 async def test_starttls_and_login_against_a_server_that_requires_both(
@@ -269,6 +273,7 @@ async def test_starttls_and_login_against_a_server_that_requires_both(
         finally:
             await smtp.aclose()
     assert result.outcome is outcome
+    assert result.is_provider_fault is (outcome is Outcome.UNAVAILABLE)
     assert result.detail.startswith(detail)
     assert "hunter2" not in result.detail
     assert len(mail.mailbox.received) == (outcome is Outcome.DELIVERED)

@@ -81,7 +81,9 @@ async def test_2xx_is_delivered_with_body_and_headers(
     server: ScriptedServer, client: httpx.AsyncClient
 ) -> None:
     hook = provider(server, client, "/ok", headers={"X-Team": "ops", "Authorization": "Bearer t"})
-    result = await hook.send(message(9, {"text": "héllo"}, recipient=RECIPIENT, attempt=3))
+    # "attempt" is the retry policy's count, not the lease's claim number (bumped by throttles)
+    sent = message(9, {"text": "héllo"}, recipient=RECIPIENT, attempt=7, delivery_attempt=3)
+    result = await hook.send(sent)
     assert result == SendResult.delivered("HTTP 200 OK")
     [request] = server.requests
     assert request.method == "POST"
@@ -113,8 +115,9 @@ async def test_the_receiver_verifies_the_signature(
     assert not verify_signature(SECRET, header, request.body.replace(b'"hi"', b'"ho"'))
     assert not verify_signature("another-key", header, request.body)
     wrong = WebhookProvider("hook", server.url("/signed"), client=client, signing_key="nope")
-    result = await wrong.send(message())
-    assert result.outcome is Outcome.PERMANENT
+    result = await wrong.send(message())  # a wrong key is wrong for every message alike
+    assert result.outcome is Outcome.UNAVAILABLE
+    assert result.is_provider_fault
     assert result.detail.startswith("HTTP 401")
 
 
@@ -148,20 +151,27 @@ async def test_429_is_throttled_with_retry_after(
 
 
 @pytest.mark.parametrize(
-    ("path", "outcome", "detail"),
+    ("path", "outcome", "provider_fault", "detail"),
     [
-        ("/error", Outcome.TRANSIENT, "HTTP 500 Internal Server Error: boom"),
-        ("/unavailable", Outcome.TRANSIENT, "HTTP 503 Service Unavailable"),
-        ("/gone", Outcome.PERMANENT, "HTTP 410 Gone"),
-        ("/nowhere", Outcome.PERMANENT, "HTTP 404 Not Found"),
-        ("/moved", Outcome.PERMANENT, "HTTP 301 Moved Permanently: the endpoint redirects"),
+        ("/error", Outcome.TRANSIENT, True, "HTTP 500 Internal Server Error: boom"),
+        ("/unavailable", Outcome.TRANSIENT, True, "HTTP 503 Service Unavailable"),
+        ("/gone", Outcome.PERMANENT, False, "HTTP 410 Gone"),
+        ("/nowhere", Outcome.PERMANENT, False, "HTTP 404 Not Found"),
+        ("/moved", Outcome.PERMANENT, False, "HTTP 301 Moved Permanently: the endpoint redirects"),
     ],
 )
 async def test_status_codes_map_to_outcomes(
-    server: ScriptedServer, client: httpx.AsyncClient, path: str, outcome: Outcome, detail: str
+    server: ScriptedServer,
+    client: httpx.AsyncClient,
+    path: str,
+    outcome: Outcome,
+    provider_fault: bool,
+    detail: str,
 ) -> None:
+    """A 5xx spends the attempt but is the provider's fault (it counts toward the circuit)."""
     result = await send(server, client, path)
     assert result.outcome is outcome
+    assert result.is_provider_fault is provider_fault
     assert result.detail.startswith(detail)
 
 
@@ -173,23 +183,23 @@ async def test_a_400_is_permanent_and_never_shows_the_recipient(
     assert result.detail == 'HTTP 400 Bad Request: {"error": "bad recipient <recipient>"}'
 
 
-async def test_a_server_that_hangs_past_the_timeout_is_transient(
+async def test_a_server_that_hangs_past_the_timeout_is_unavailable(
     server: ScriptedServer, client: httpx.AsyncClient
 ) -> None:
     loop = asyncio.get_running_loop()
     started = loop.time()
     result = await provider(server, client, "/hang", timeout_s=0.2).send(message())
     assert loop.time() - started < 2.0
-    assert result == SendResult.transient("no answer within 0.2 s")
+    assert result == SendResult.unavailable("no answer within 0.2 s")
 
 
-async def test_a_refused_connection_is_transient(client: httpx.AsyncClient) -> None:
+async def test_a_refused_connection_is_unavailable(client: httpx.AsyncClient) -> None:
     with socket.socket() as sock:  # a port that was free a moment ago
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     hook = WebhookProvider("hook", f"http://127.0.0.1:{port}/x", client=client)
     result = await hook.send(message())
-    assert result.outcome is Outcome.TRANSIENT
+    assert result.outcome is Outcome.UNAVAILABLE
     assert result.detail.startswith("ConnectError")
 
 
@@ -326,5 +336,6 @@ async def test_the_server_can_be_stopped_with_a_request_in_flight(
         task = asyncio.create_task(provider(running, client, "/hang").send(message()))
         while not running.requests:
             await asyncio.sleep(0.01)
-    result = await task
-    assert result.outcome is Outcome.TRANSIENT
+    result = await task  # the endpoint went away: nothing was delivered, no attempt spent
+    assert result.outcome is Outcome.UNAVAILABLE
+    assert result.detail.startswith("RemoteProtocolError: ")

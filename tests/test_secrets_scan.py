@@ -133,7 +133,7 @@ def _inspect(cli: Cli) -> None:
     for provider, recipient in (("hook", EMAIL), ("audit", PHONE)):
         cli.ok("provider", "test", provider, recipient)
     failed = cli("provider", "test", "mail", EMAIL)  # nothing listens on port 1
-    assert failed.code == 1 and "transient" in failed.out, failed
+    assert failed.code == 1 and "via mail: unavailable (SMTPConnectError: " in failed.out, failed
 
 
 def test_a_full_session_leaves_no_plaintext_secret(

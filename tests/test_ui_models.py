@@ -106,7 +106,7 @@ def test_providers_model_masks_secrets(qtmodeltester: ModelTester) -> None:
     model.set_rows([record])
     check_model(qtmodeltester, model)
     cells = [str(model.data(model.index(0, c))) for c in range(model.columnCount())]
-    assert cells == ["hook", "webhook", "5/s burst 5", "url=https://x.example",
+    assert cells == ["hook", "webhook", "5/s burst 5", "closed", "url=https://x.example",
                      f"signing_key={MASKED}"]  # fmt: skip
     assert not any("s3cret" in c for c in cells)
 

@@ -125,8 +125,8 @@ def test_providers_view_adds_masks_secrets_and_test_sends(qtbot: QtBot, tmp_path
         assert saved.limit == Limit(5, 5)
         c.wait(lambda: view.model.rowCount() == 2)
         row = next(r for r in range(2) if view.model.record(r).name == "hook")
-        cells = [str(view.model.data(view.model.index(row, col))) for col in range(5)]
-        assert cells[4] == f"signing_key={MASKED}"
+        cells = [str(view.model.data(view.model.index(row, col))) for col in range(6)]
+        assert cells[3] == "closed" and cells[5] == f"signing_key={MASKED}"
         view.table.selectRow(row)
         shown = view.secrets.cellWidget(0, 1)
         assert isinstance(shown, QLineEdit)

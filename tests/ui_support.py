@@ -66,13 +66,7 @@ class Console:
         self.run(self.store.migrate())
         self.engine = build_engine(self.store, concurrency=concurrency, actor="console:test")
         self.run(self.engine.open())
-
-        async def reopen() -> Engine:
-            engine = build_engine(self.store, concurrency=concurrency, actor="console:test")
-            await engine.open()
-            return engine
-
-        self.bridge = Bridge(self.engine, reopen=reopen, interval_ms=interval_ms, history_s=60)
+        self.bridge = Bridge(self.engine, interval_ms=interval_ms, history_s=60)
         self.bridge.error.connect(self.errors.append)
         self.bridge.start_sampling()
         if window:

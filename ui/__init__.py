@@ -4,7 +4,7 @@ The composition root (``app.console``) builds a ``Bridge`` around an open ``Engi
 a ``MainWindow`` on it; the views talk to the bridge only, never to the engine.
 """
 
-from ui.bridge import Bridge, EngineFactory
+from ui.bridge import Bridge
 from ui.loop import hush_offscreen_noise, new_event_loop
 from ui.main_window import MainWindow
 from ui.settings import ConsoleSettings, load_settings, save_settings
@@ -13,7 +13,6 @@ from ui.theme import apply_theme
 __all__ = [
     "Bridge",
     "ConsoleSettings",
-    "EngineFactory",
     "MainWindow",
     "apply_theme",
     "hush_offscreen_noise",

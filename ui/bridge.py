@@ -33,12 +33,11 @@ from engine import (
 )
 from ui.sampler import Sampler
 
-__all__ = ["Bridge", "EngineFactory"]
+__all__ = ["Bridge"]
 
 log = logging.getLogger(__name__)
 
 P = ParamSpec("P")
-EngineFactory = Callable[[], Awaitable[Engine]]
 DemoSeeder = Callable[[Engine], Awaitable[object]]
 
 
@@ -71,14 +70,12 @@ class Bridge(Sampler):
         self,
         engine: Engine,
         *,
-        reopen: EngineFactory | None = None,
         seed_demo: DemoSeeder | None = None,
         interval_ms: int = 500,
         history_s: float = 300.0,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(engine, interval_ms=interval_ms, history_s=history_s, parent=parent)
-        self._reopen = reopen
         self._seed_demo = seed_demo
         self._sim_task: asyncio.Task[int] | None = None
 
@@ -90,18 +87,13 @@ class Bridge(Sampler):
 
     @command
     async def start(self) -> None:
-        """Start dispatching, or resume when paused; after a stop, on a fresh engine."""
+        """Start dispatching, or resume when paused. After a stop the same engine restarts
+        (a new worker id, the same limiter), so Stop then Start lets no extra burst out."""
         engine = self._engine
         if engine.state == EngineState.PAUSED:
             engine.resume()
         elif engine.state in (EngineState.STOPPED, EngineState.FAILED):
-            if self._reopen is None:
-                raise OmniPostError("this engine was stopped; restart the console to dispatch.")
-            concurrency = engine.concurrency
-            await engine.close()
-            self._engine = await self._reopen()
-            self._engine.set_concurrency(concurrency)
-            await self._engine.start()
+            await engine.restart()
         else:
             await engine.start()
         self.notice.emit("dispatching")
@@ -191,6 +183,13 @@ class Bridge(Sampler):
         finally:
             await self._reloaded("providers", "limits")
         self.notice.emit(f"provider {name} {verb}")
+
+    @command
+    async def resume_provider(self, name: str) -> None:
+        """Close ``name``'s circuit now (audited): its notifications go out again at once."""
+        before = await self._engine.resume_provider(name)
+        self.notice.emit(f"provider {name}: circuit closed (was {before.state}); sending again")
+        await self.sample()
 
     @command
     async def test_send(self, provider: str, recipient: str) -> None:

@@ -24,6 +24,7 @@ from ui.settings import ConsoleSettings, save_settings, window_state
 from ui.state import Status
 from ui.theme import Theme, app_icon, apply_theme
 from ui.views.dashboard import Dashboard
+from ui.views.health import CircuitBanner
 from ui.views.log import LogPanel
 from ui.views.providers import ProvidersView
 from ui.views.queue import QueueView
@@ -66,6 +67,7 @@ class MainWindow(QMainWindow):
         self._settings_dialog: SettingsDialog | None = None
 
         self.bar = MessageBar()
+        self.circuits = CircuitBanner(bridge.resume_provider)
         self.dashboard = Dashboard(bridge)
         self.tenants_view = TenantsView(bridge)
         self.providers_view = ProvidersView(bridge)
@@ -81,6 +83,7 @@ class MainWindow(QMainWindow):
         layout = QVBoxLayout(central)
         layout.setContentsMargins(6, 6, 6, 0)
         layout.addWidget(self.bar)
+        layout.addWidget(self.circuits)
         layout.addWidget(self.tabs, 1)
         self.setCentralWidget(central)
 
@@ -226,6 +229,7 @@ class MainWindow(QMainWindow):
         self.totals_label.setText(
             f"delivered {fmt_count(t.delivered)} · throttled {fmt_count(t.throttled)} · "
             f"retried {fmt_count(t.failed)} · dead {fmt_count(t.dead)}"
+            + (f" · held {fmt_count(t.held)}" if t.held else "")
         )
         if status.failure:
             self.bar.tell(f"The engine stopped: {status.failure}", "error")
@@ -235,6 +239,7 @@ class MainWindow(QMainWindow):
     def _connect(self) -> None:
         bridge = self.bridge
         bridge.status_changed.connect(self.show_status)
+        bridge.sampled.connect(lambda snap: self.circuits.show_health(snap.health))
         bridge.state_changed.connect(self.show_state)
         bridge.error.connect(self.show_error)
         bridge.notice.connect(lambda text: self.statusBar().showMessage(text, 6000))

@@ -15,14 +15,16 @@ from PySide6.QtCore import (
     Qt,
     Signal,
 )
-from PySide6.QtGui import QFont
+from PySide6.QtGui import QColor, QFont
 
 from engine import (
     MASKED_VALUE,  # the CLI's mask too
     BucketKey,
     BucketLevel,
+    CircuitState,
     ConfigError,
     Limit,
+    ProviderHealth,
     ProviderRecord,
     TenantDepth,
     TenantRecord,
@@ -249,21 +251,64 @@ def _options_text(p: ProviderRecord) -> str:
     return "  ".join(f"{k}={v}" for k, v in sorted(p.options.items()))
 
 
-class ProvidersModel(RecordModel[ProviderRecord]):
-    """Providers; secret values are never here, only their names shown masked."""
+def health_text(health: ProviderHealth | None, now: float) -> str:
+    """A provider's circuit in a few words: ``closed``, ``open, probe in 12.0 s``, ``half-open``."""
+    if health is None or health.state == CircuitState.CLOSED:
+        return "closed"
+    if health.state == CircuitState.HALF_OPEN:
+        return "half-open (probing)"
+    wait = None if health.next_probe_at is None else health.next_probe_at - now
+    return "open, probe due" if wait is None or wait < 1 else f"open, probe in {fmt_duration(wait)}"
 
-    columns = (
-        Column[ProviderRecord]("Provider", lambda p: p.name),
-        Column[ProviderRecord]("Kind", lambda p: p.kind),
-        Column[ProviderRecord]("Limit", lambda p: fmt_limit(p.limit)),
-        Column[ProviderRecord]("Options", _options_text),
-        Column[ProviderRecord](
-            "Secrets", lambda p: "  ".join(f"{k}={MASKED_VALUE}" for k in p.secret_names)
-        ),
-    )
+
+class ProvidersModel(RecordModel[ProviderRecord]):
+    """Providers with their circuit's health; secret values are never here, only their names
+    shown masked."""
+
+    HEALTH = 3
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.health: dict[str, ProviderHealth] = {}
+        self.columns = (
+            Column[ProviderRecord]("Provider", lambda p: p.name),
+            Column[ProviderRecord]("Kind", lambda p: p.kind),
+            Column[ProviderRecord]("Limit", lambda p: fmt_limit(p.limit)),
+            Column[ProviderRecord](
+                "Health",
+                lambda p: health_text(self.health.get(p.name), time.time()),
+                tip="Its circuit: closed (sending), open (paused after provider failures), "
+                "half-open (one probe send under way).",
+            ),
+            Column[ProviderRecord]("Options", _options_text),
+            Column[ProviderRecord](
+                "Secrets", lambda p: "  ".join(f"{k}={MASKED_VALUE}" for k in p.secret_names)
+            ),
+        )
 
     def key(self, row: ProviderRecord) -> Hashable:
         return row.name
+
+    def set_health(self, health: Sequence[ProviderHealth]) -> None:
+        """The latest snapshot's health; repainted while any circuit is not closed (the
+        countdown to its probe moves)."""
+        fresh = {h.provider: h for h in health}
+        paused = any(h.state != CircuitState.CLOSED for h in health)
+        if (fresh != self.health or paused) and self.rowCount():
+            self.health = fresh
+            column = self.HEALTH
+            self.dataChanged.emit(self.index(0, column), self.index(self.rowCount() - 1, column))
+        self.health = fresh
+
+    def role_data(self, record: ProviderRecord, column: int, role: int) -> Any:
+        health = self.health.get(record.name)
+        if column != self.HEALTH or health is None or health.state == CircuitState.CLOSED:
+            return None
+        if role == Qt.ItemDataRole.ForegroundRole:
+            return QColor("#d64545")
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return f"{health.failures} failures in a row; last error: {health.last_error}"
+        return None
 
 
 class WorkersModel(RecordModel[WorkerRecord]):

@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import enum
+import time
 from collections.abc import Mapping
 
-from app.as_json import pair_json, provider_json, tenant_json
+from app.as_json import health_json, pair_json, provider_json, tenant_json
 from app.commands.base import open_engine
 from app.output import print_json, print_table
 from app.session import Context, actor
 from app.wiring import build_engine, build_store
-from engine import MASKED_VALUE, Limit, Outcome, fmt_limit, mask, masked_url
+from engine import (
+    MASKED_VALUE,
+    CircuitState,
+    Limit,
+    Outcome,
+    ProviderHealth,
+    fmt_limit,
+    mask,
+    masked_url,
+)
 
 __all__ = [
     "KEEP",
@@ -21,6 +31,7 @@ __all__ = [
     "migrate",
     "provider_add",
     "provider_list",
+    "provider_resume",
     "provider_set",
     "provider_test",
     "tenant_add",
@@ -120,20 +131,41 @@ async def provider_set(
 async def provider_list(ctx: Context, *, as_json: bool = False) -> int:
     async with open_engine(ctx) as engine:
         providers = await engine.providers()
+        health = await engine.provider_health()
     if as_json:
-        print_json([provider_json(p) for p in providers])
+        print_json([provider_json(p) | {"health": health_json(health[p.name])} for p in providers])
         return 0
     rows = [
         (
             p.name,
             p.kind,
             fmt_limit(p.limit),
+            fmt_health(health[p.name], time.time()),
             " ".join(f"{k}={v}" for k, v in sorted(p.options.items())),
             " ".join(f"{k}={MASKED_VALUE}" for k in p.secret_names),
         )
         for p in providers
     ]
-    print_table(["PROVIDER", "KIND", "LIMIT", "OPTIONS", "SECRETS"], rows)
+    print_table(["PROVIDER", "KIND", "LIMIT", "HEALTH", "OPTIONS", "SECRETS"], rows)
+    return 0
+
+
+def fmt_health(health: ProviderHealth, now: float) -> str:
+    """``closed``, ``half-open``, ``open (probe in 12s)`` or ``open (probe due)`` (when no
+    worker runs to send it)."""
+    if health.state is CircuitState.OPEN and health.next_probe_at is not None:
+        wait_s = health.next_probe_at - now
+        return f"open (probe in {wait_s:.0f}s)" if wait_s >= 0.5 else "open (probe due)"
+    return health.state.value
+
+
+async def provider_resume(ctx: Context, name: str) -> int:
+    """Close the provider's circuit now (it is back, or its settings were fixed)."""
+    async with open_engine(ctx) as engine:
+        before = (await engine.provider_health()).get(name)
+        health = await engine.resume_provider(name, actor=actor("cli"))
+    was = before.state.value if before is not None else "closed"
+    print(f"provider {health.provider}: circuit closed (was {was}); its notifications go out again")
     return 0
 
 

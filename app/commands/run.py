@@ -12,10 +12,11 @@ from typing import Any
 
 from app.commands.base import open_engine
 from app.demo import seed_demo
+from app.metrics import MetricsAddress, MetricsExporter
 from app.progress import report_progress, summary_line
 from app.session import Context, on_signals
 from app.wiring import build_store
-from engine import ConfigError, Engine, Pattern, masked_url
+from engine import ConfigError, Engine, OmniPostError, Pattern, ProviderHealth, masked_url
 
 __all__ = ["Burst", "WorkerRun", "demo", "simulate", "worker"]
 
@@ -30,6 +31,7 @@ class WorkerRun:
     duration_s: float | None = None
     quiet: bool = False
     redis_url: str | None = None
+    metrics: MetricsAddress | None = None  # where to serve Prometheus metrics, if anywhere
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,21 +49,28 @@ class Burst:
 
 
 async def worker(ctx: Context, run: WorkerRun) -> int:
-    """Dispatch until done; exit 1 when the engine stopped on a failure."""
+    """Dispatch until done; exit 1 when the engine stopped on a failure. The metrics address
+    is bound first, so that a taken port fails before anything is leased."""
     start = time.monotonic()
-    async with open_engine(
-        ctx, concurrency=run.concurrency, lease_s=run.lease_s, redis_url=run.redis_url
-    ) as engine:
+    async with (
+        MetricsExporter(run.metrics) as metrics,
+        open_engine(
+            ctx, concurrency=run.concurrency, lease_s=run.lease_s, redis_url=run.redis_url
+        ) as engine,
+        metrics.following(engine.snapshot),
+    ):
         await engine.start()
         if not run.quiet:
             print(
                 f"worker {engine.worker_id} on {masked_url(ctx.db_url)}, "
-                f"concurrency {run.concurrency}",
+                f"concurrency {run.concurrency}{metrics.says()}",
                 file=sys.stderr,
             )
         waits: list[asyncio.Future[Any]] = []
+        held: asyncio.Future[tuple[ProviderHealth, ...]] | None = None
         if run.until_empty:
-            waits.append(asyncio.ensure_future(engine.run_until_empty()))
+            held = asyncio.ensure_future(_held_by_circuits(engine))
+            waits += [asyncio.ensure_future(engine.run_until_empty()), held]
         if run.duration_s:
             waits.append(asyncio.ensure_future(asyncio.sleep(run.duration_s)))
         await _run_until(engine, waits, quiet=run.quiet)
@@ -71,7 +80,36 @@ async def worker(ctx: Context, run: WorkerRun) -> int:
     if engine.failure:
         print(f"omnipost: the worker stopped: {engine.failure}", file=sys.stderr)
         return 1
+    if held is not None and held.done() and not held.cancelled():
+        print(f"omnipost: {held_sentence(held.result())}", file=sys.stderr)
+        return 1
     return 0
+
+
+async def _held_by_circuits(engine: Engine, poll_s: float = 1.0) -> tuple[ProviderHealth, ...]:
+    """Wait until all the work left is held by open circuits (``--until-empty`` then stops
+    rather than wait for a provider that may never come back)."""
+    while True:
+        await asyncio.sleep(poll_s)
+        try:
+            held = await engine.held_by_circuits()
+        except OmniPostError:  # the store is away; the engine copes, and so does this check
+            continue
+        if held:
+            return held
+
+
+def held_sentence(held: Sequence[ProviderHealth]) -> str:
+    """One sentence for a queue that is left waiting on providers whose circuit is open."""
+    names = ", ".join(h.provider for h in held)
+    which = "provider" if len(held) == 1 else "providers"
+    why = f" (last error: {held[0].last_error})" if len(held) == 1 and held[0].last_error else ""
+    resume = held[0].provider if len(held) == 1 else "NAME"
+    return (
+        f"stopped with notifications still queued: {which} {names} unavailable, circuit "
+        f"open{why}; they stay queued and spend no attempt. Fix the provider, then "
+        f"`omnipost provider resume {resume}` or run the worker again."
+    )
 
 
 async def simulate(ctx: Context, burst: Burst) -> int:

@@ -7,16 +7,19 @@ from dataclasses import dataclass
 from app.as_json import (
     bucket_json,
     depth_json,
+    health_json,
     limit_json,
     retention_json,
     worker_json,
 )
 from app.commands.base import open_engine
+from app.commands.configure import fmt_health
 from app.output import fmt_retention, print_json, print_table
 from app.session import Context
 from engine import (
     BucketLevel,
     Outcome,
+    ProviderHealth,
     ProviderRecord,
     Retention,
     Snapshot,
@@ -38,6 +41,7 @@ class _Stats:
     providers: list[ProviderRecord]
     workers: list[WorkerRecord]
     retention: Retention
+    health: dict[str, ProviderHealth]
 
     @property
     def delivered_per_s(self) -> float:
@@ -58,6 +62,7 @@ async def stats(ctx: Context, *, redis_url: str | None = None, as_json: bool = F
             providers=await engine.providers(),
             workers=await engine.workers(),
             retention=await engine.retention(),
+            health=await engine.provider_health(),
         )
     if as_json:
         _print_json(found, masked_url(ctx.db_url))
@@ -84,6 +89,7 @@ def _print_json(found: _Stats, store: str) -> None:
                 **{f"provider:{p.name}": limit_json(p.limit) for p in found.providers},
             },
             "retention": retention_json(found.retention),
+            "health": [health_json(h) for _, h in sorted(found.health.items())],
         }
     )
 
@@ -110,10 +116,22 @@ def _print_text(found: _Stats, store: str) -> None:
         + f" ({found.delivered_per_s:.1f} delivered/s)"
     )
     print(f"retention: {fmt_retention(found.retention)}")
+    _print_health(found)
     print(f"live workers: {len(found.workers)}")
     for w in found.workers:
         print(f"  {w.id} state {w.state} concurrency {w.concurrency} delivered {w.delivered}")
     _print_buckets(found)
+
+
+def _print_health(found: _Stats) -> None:
+    now = found.snap.ts
+    print_table(
+        ["PROVIDER", "HEALTH", "FAILURES", "LAST ERROR"],
+        [
+            (name, fmt_health(h, now), h.failures, h.last_error or "-")
+            for name, h in sorted(found.health.items())
+        ],
+    )
 
 
 def _print_buckets(found: _Stats) -> None:

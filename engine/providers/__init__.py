@@ -2,7 +2,9 @@
 
 ``BUILTIN_KINDS[config.kind](config)`` builds a provider or raises ``ConfigError`` with one
 sentence naming the bad option; it does no I/O, so it also validates a configuration before
-it is saved. Close every provider built with ``aclose``.
+it is saved. Close every provider built with ``aclose``. ``PROVIDER_KINDS`` holds each kind's
+declaration (``ProviderKind``: its options, secrets, types and defaults), from which the
+validation, the console's hints, ``omnipost provider kinds`` and the README's table come.
 """
 
 from __future__ import annotations
@@ -10,25 +12,30 @@ from __future__ import annotations
 from engine.providers import file, simulated, smtp, webhook
 from engine.providers.base import Provider, ProviderConfig, ProviderFactory
 from engine.providers.file import FileProvider
+from engine.providers.schema import COMMON_OPTIONS, OptionSpec, ProviderKind
 from engine.providers.simulated import SimulatedProvider
 from engine.providers.smtp import SmtpProvider
 from engine.providers.webhook import WebhookProvider, verify_signature
 
 __all__ = [
     "BUILTIN_KINDS",
+    "COMMON_OPTIONS",
+    "PROVIDER_KINDS",
     "FileProvider",
+    "OptionSpec",
     "Provider",
     "ProviderConfig",
     "ProviderFactory",
+    "ProviderKind",
     "SimulatedProvider",
     "SmtpProvider",
     "WebhookProvider",
     "verify_signature",
 ]
 
+PROVIDER_KINDS: dict[str, ProviderKind] = {
+    kind.name: kind for kind in (simulated.SPEC, file.SPEC, webhook.SPEC, smtp.SPEC)
+}
 BUILTIN_KINDS: dict[str, ProviderFactory] = {
-    simulated.KIND: SimulatedProvider.from_config,
-    file.KIND: FileProvider.from_config,
-    webhook.KIND: WebhookProvider.from_config,
-    smtp.KIND: SmtpProvider.from_config,
+    name: kind.factory for name, kind in PROVIDER_KINDS.items()
 }

@@ -2,7 +2,8 @@
 
 Option ``path`` (required; ``~`` is expanded). Each send appends one line with the keys
 ``notification_id``, ``tenant``, ``provider``, ``recipient``, ``payload``, ``idempotency_key``,
-``attempt`` and ``ts`` (Unix seconds, a float, read at the send).
+``attempt`` (the claim number: it rises with every redelivery, throttles included, so an audit
+sees each one apart) and ``ts`` (Unix seconds, a float, read at the send).
 
 The file is opened once with ``O_APPEND`` (mode 0600: it holds recipients in plaintext) and
 every line goes out in one ``os.write`` of the whole line, so lines from many concurrent sends,
@@ -22,12 +23,17 @@ from typing import Self
 
 from engine.clock import Clock, SystemClock
 from engine.domain import Message, SendResult
-from engine.providers._options import Options
 from engine.providers.base import ProviderConfig
+from engine.providers.schema import OptionSpec, ProviderKind
 
-__all__ = ["KIND", "FileProvider"]
+__all__ = ["KIND", "SPEC", "FileProvider"]
 
 KIND = "file"
+OPTIONS = (
+    OptionSpec(
+        "path", required=True, help="the JSON Lines file to append to (created 0600; ~ expanded)"
+    ),
+)
 
 _FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 
@@ -45,8 +51,7 @@ class FileProvider:
     @classmethod
     def from_config(cls, config: ProviderConfig) -> Self:
         """Build from options; raises ``ConfigError`` when ``path`` is missing or a folder."""
-        opts = Options(config)
-        opts.check_known(("path",))
+        opts = SPEC.read(config)
         path = opts.text("path")
         if os.path.isdir(os.path.expanduser(path)):
             raise opts.fail("path", "names a folder; give a file name")
@@ -101,3 +106,8 @@ class FileProvider:
         return (
             f"FileProvider(name={self.name!r}, path={self.path!r}, {state}, written={self.written})"
         )
+
+
+SPEC = ProviderKind(
+    KIND, "appends each delivery to a JSON Lines file", OPTIONS, FileProvider.from_config
+)

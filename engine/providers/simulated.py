@@ -22,21 +22,29 @@ from typing import Self
 
 from engine.domain import Message, SendResult
 from engine.errors import ConfigError
-from engine.providers._options import Options
 from engine.providers.base import ProviderConfig
+from engine.providers.schema import OptionSpec, ProviderKind
 
-__all__ = ["KIND", "SimulatedProvider"]
+__all__ = ["KIND", "SPEC", "SimulatedProvider"]
 
 KIND = "simulated"
 
-_OPTIONS = (
-    "latency_ms",
-    "latency_jitter_ms",
-    "error_rate",
-    "throttle_rate",
-    "retry_after_s",
-    "permanent_rate",
-    "seed",
+OPTIONS = (
+    OptionSpec("latency_ms", "number", 5.0, help="mean latency of a send, in milliseconds"),
+    OptionSpec("latency_jitter_ms", "number", 0.0, help="latency drawn uniformly within ± this"),
+    OptionSpec("throttle_rate", "rate", 0.0, help="chance that a send is throttled"),
+    OptionSpec("error_rate", "rate", 0.0, help="chance that a send fails transiently"),
+    OptionSpec("permanent_rate", "rate", 0.0, help="chance that a send fails permanently"),
+    OptionSpec(
+        "retry_after_s", "number", 1.0, high=86_400, help="the Retry-After of a simulated throttle"
+    ),
+    OptionSpec(
+        "seed",
+        "integer",
+        low=-(2**63),
+        high=2**63 - 1,
+        help="makes the latencies and outcomes reproducible",
+    ),
 )
 
 
@@ -79,18 +87,16 @@ class SimulatedProvider:
     @classmethod
     def from_config(cls, config: ProviderConfig) -> Self:
         """Build from string options; raises ``ConfigError`` naming the first bad option."""
-        opts = Options(config)
-        opts.check_known(_OPTIONS)
-        seed = opts.integer("seed", None, low=-(2**63), high=2**63 - 1)
+        opts = SPEC.read(config)
         return cls(
             config.name,
-            latency_ms=opts.number("latency_ms", 5.0),
-            latency_jitter_ms=opts.number("latency_jitter_ms", 0.0),
-            error_rate=opts.rate("error_rate"),
-            throttle_rate=opts.rate("throttle_rate"),
-            permanent_rate=opts.rate("permanent_rate"),
-            retry_after_s=opts.number("retry_after_s", 1.0, high=86_400.0),
-            seed=seed,
+            latency_ms=opts.number("latency_ms"),
+            latency_jitter_ms=opts.number("latency_jitter_ms"),
+            error_rate=opts.number("error_rate"),
+            throttle_rate=opts.number("throttle_rate"),
+            permanent_rate=opts.number("permanent_rate"),
+            retry_after_s=opts.number("retry_after_s"),
+            seed=opts.integer("seed"),
         )
 
     def draw_latency_s(self) -> float:
@@ -128,3 +134,11 @@ class SimulatedProvider:
             f"error_rate={self.error_rate:g}, permanent_rate={self.permanent_rate:g}, "
             f"sent={self.sent})"
         )
+
+
+SPEC = ProviderKind(
+    KIND,
+    "delivers nothing; answers with the configured latency and chances",
+    OPTIONS,
+    SimulatedProvider.from_config,
+)

@@ -18,9 +18,13 @@ HTML alternative from ``payload["html"]`` when present, and ``Message-ID``
 other than letters, digits, ``-`` and ``_`` written as ``=XX``) and the ``from`` domain: every
 redelivery of a notification carries the same Message-ID, so a receiver can spot it.
 
-Replies: 421 and 451 throttled; other 4xx and connection errors transient; 5xx permanent
-(a refused recipient, a refused sender, a failed login). Sends share one connection, one at a
-time under a lock; a connection the server dropped is opened again, and a send that finds its
+Replies: 421 and 451 throttled. Failures that are the server's, not the message's, count
+toward the provider's circuit breaker: anything that stops a connection (refused, reset, DNS,
+TLS, no STARTTLS, a refused greeting or EHLO, a failed login such as 535 or 530), a timeout or
+a dropped connection are UNAVAILABLE (no attempt spent); a refused sender (MAIL FROM, 4xx or
+5xx) is transient with ``provider_fault``. A refused recipient (550, 553) or a refused message
+(DATA) stays the message's: 5xx permanent, 4xx transient. Sends share one connection, one at
+a time under a lock; a connection the server dropped is opened again, and a send that finds its
 reused connection dead is tried once more on a fresh one.
 """
 
@@ -39,10 +43,11 @@ import aiosmtplib
 
 from engine.domain import Message, SendResult
 from engine.errors import ConfigError
-from engine.providers._options import Options, redact
+from engine.providers._options import redact
 from engine.providers.base import ProviderConfig
+from engine.providers.schema import OptionSpec, ProviderKind
 
-__all__ = ["KIND", "SmtpProvider", "message_id"]
+__all__ = ["KIND", "SPEC", "SmtpProvider", "message_id"]
 
 KIND = "smtp"
 SECURITY_MODES = ("starttls", "tls", "none")
@@ -71,6 +76,13 @@ def _address(text: str) -> str | None:
     if not at or not local or not domain or any(c.isspace() for c in addr):
         return None
     return addr
+
+
+def _reason(exc: BaseException, recipient: str, to: str) -> str:
+    """One line naming the error (a server's reply as ``SMTP 535: ...``), recipient masked."""
+    if isinstance(exc, aiosmtplib.SMTPResponseException):
+        return f"SMTP {exc.code}: {redact(exc.message, recipient, to) or 'no reason given'}"
+    return f"{type(exc).__name__}: {redact(str(exc), recipient, to) or 'no reason given'}"
 
 
 class SmtpProvider:
@@ -117,18 +129,16 @@ class SmtpProvider:
     @classmethod
     def from_config(cls, config: ProviderConfig) -> Self:
         """Build from options and secrets; raises ``ConfigError`` naming the first bad one."""
-        opts = Options(config)
-        options = ("host", "port", "security", "from", "timeout_s", "retry_after_s", "ca_file")
-        opts.check_known(options, ("username", "password"))
+        opts = SPEC.read(config)
         host = opts.text("host")
         if "://" in host or "/" in host or any(c.isspace() for c in host):
             raise opts.fail("host", "must be a host name or address, not a URL")
         sender = opts.text("from")
         if _address(sender) is None:
             raise opts.fail("from", "must be an email address such as 'OmniPost <me@example.com>'")
-        security = opts.choice("security", "starttls", SECURITY_MODES)
-        username = config.secrets.get("username") or None
-        password = config.secrets.get("password") or None
+        security = opts.text("security")
+        username = opts.text("username") or None
+        password = opts.text("password") or None
         if (username is None) != (password is None):
             missing = "password" if password is None else "username"
             raise ConfigError(
@@ -136,17 +146,17 @@ class SmtpProvider:
             )
         if username is not None and security == "none":
             raise opts.fail("security", "must be starttls or tls when a password is set")
-        ca_file = opts.text("ca_file", "") or None
+        ca_file = opts.text("ca_file") or None
         if ca_file is not None and not os.path.isfile(ca_file):
             raise opts.fail("ca_file", "names no file")
         return cls(
             config.name,
             host,
             sender,
-            port=opts.integer("port", None, low=1, high=65535),
+            port=opts.integer("port"),
             security=security,
-            timeout_s=opts.number("timeout_s", 30.0, above_low=True, high=600.0),
-            retry_after_s=opts.number("retry_after_s", 60.0, high=86_400.0),
+            timeout_s=opts.number("timeout_s"),
+            retry_after_s=opts.number("retry_after_s"),
             username=username,
             password=password,
             ca_file=ca_file,
@@ -188,23 +198,31 @@ class SmtpProvider:
             reused = self._smtp is not None and self._smtp.is_connected
             try:
                 smtp = await self._connection()
+            except (aiosmtplib.SMTPException, OSError) as exc:  # nothing about the message yet
+                self._drop()
+                return SendResult.unavailable(_reason(exc, recipient, to))
+            try:
                 _, reply = await smtp.send_message(
                     email, sender=self._envelope_from, recipients=[to]
                 )
             except aiosmtplib.SMTPRecipientsRefused as exc:
                 first = exc.recipients[0]
                 return self._reply(first.code, first.message, recipient, to)
+            except aiosmtplib.SMTPSenderRefused as exc:  # refuses every message alike
+                return self._reply(exc.code, exc.message, recipient, to, server=True)
             except aiosmtplib.SMTPResponseException as exc:
                 return self._reply(exc.code, exc.message, recipient, to)
             except aiosmtplib.SMTPServerDisconnected as exc:
                 self._drop()
                 if not (reused and tries_left):
                     reason = redact(str(exc), recipient, to)
-                    return SendResult.transient(f"server disconnected: {reason}")
-            except (aiosmtplib.SMTPException, OSError) as exc:
+                    return SendResult.unavailable(f"server disconnected: {reason}")
+            except (aiosmtplib.SMTPTimeoutError, ConnectionError) as exc:
                 self._drop()
-                reason = redact(str(exc), recipient, to) or "no reason given"
-                return SendResult.transient(f"{type(exc).__name__}: {reason}")
+                return SendResult.unavailable(_reason(exc, recipient, to))
+            except (aiosmtplib.SMTPException, OSError) as exc:  # e.g. no SMTPUTF8 for this one
+                self._drop()
+                return SendResult.transient(_reason(exc, recipient, to))
             else:
                 return SendResult.delivered(redact(f"accepted: {reply}", recipient, to))
         raise AssertionError("unreachable")  # pragma: no cover
@@ -233,10 +251,15 @@ class SmtpProvider:
         self.connections += 1
         return smtp
 
-    def _reply(self, code: int, text: str, recipient: str, to: str) -> SendResult:
+    def _reply(
+        self, code: int, text: str, recipient: str, to: str, *, server: bool = False
+    ) -> SendResult:
+        """The outcome of a reply; ``server``: a reply that refuses every message alike."""
         detail = f"SMTP {code}: {redact(text, recipient, to)}"
         if code in (421, 451):
             return SendResult.throttled(self.retry_after_s, detail)
+        if server:
+            return SendResult.transient(detail, provider_fault=True)
         if 500 <= code < 600:
             return SendResult.permanent(detail)
         return SendResult.transient(detail)
@@ -267,3 +290,27 @@ class SmtpProvider:
             f"SmtpProvider(name={self.name!r}, {self.host}:{self.port} {self.security}{login}, "
             f"{state}, connections={self.connections})"
         )
+
+
+OPTIONS = (
+    OptionSpec("host", required=True, help="the SMTP server's host name or address"),
+    OptionSpec("from", required=True, help="the sender: 'Name <me@example.com>' or an address"),
+    OptionSpec(
+        "security",
+        "choice",
+        "starttls",
+        choices=SECURITY_MODES,
+        help="starttls (required, not opportunistic), tls (implicit) or none",
+    ),
+    OptionSpec(
+        "port", "integer", low=1, high=65535, help="587 for starttls, 465 for tls, 25 for none"
+    ),
+    OptionSpec("timeout_s", "number", 30.0, above_low=True, high=600, help="per SMTP command"),
+    OptionSpec(
+        "retry_after_s", "number", 60.0, high=86_400, help="how long a throttled send waits"
+    ),
+    OptionSpec("ca_file", help="a PEM file of CA certificates to trust instead of the system's"),
+    OptionSpec("username", secret=True, help="login, with password; never with security none"),
+    OptionSpec("password", secret=True, help="login, with username"),
+)
+SPEC = ProviderKind(KIND, "sends each notification as an email", OPTIONS, SmtpProvider.from_config)

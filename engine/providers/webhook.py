@@ -14,7 +14,10 @@ Request
     ``POST url`` with body ``{"id", "tenant", "recipient", "payload", "attempt"}`` (compact
     JSON, UTF-8) and headers ``Content-Type: application/json``, ``Idempotency-Key`` (the
     notification's key: the same on every redelivery), ``User-Agent: OmniPost/<version>`` and,
-    when signed, ``OmniPost-Signature``.
+    when signed, ``OmniPost-Signature``. ``attempt`` is the delivery attempt as the retry
+    policy counts it: 1 at first, one more after each transient failure, never above the
+    notification's ``max_attempts``. Throttled sends and redeliveries after a lost lease do not
+    count, so two requests may carry the same attempt; the ``Idempotency-Key`` is the same.
 
 Signature (the scheme Stripe uses)
     ``OmniPost-Signature: t=<unix seconds>,v1=<hex>`` where ``<hex>`` is the HMAC-SHA256, keyed
@@ -25,9 +28,13 @@ Signature (the scheme Stripe uses)
 
 Answers
     2xx delivered. 429 throttled, after ``Retry-After`` (seconds or an HTTP date; 1 s when
-    absent or unreadable; at most one hour). 5xx, 408, timeouts and connection errors
-    transient. Any other status (including redirects, which are not followed) permanent.
-    A detail string never contains the recipient, even when the server echoes it.
+    absent or unreadable; at most one hour). The endpoint's failures, not the message's, count
+    toward the provider's circuit breaker: timeouts, refused or reset connections, DNS and TLS
+    errors, and 401, 403 and 407 (the credentials are wrong for every message alike) are
+    UNAVAILABLE, and spend no attempt; 5xx and 408 are transient with ``provider_fault`` (the
+    request reached the endpoint: the attempt is spent, and a run of them opens the circuit).
+    Any other status (including redirects, which are not followed) permanent. A detail string
+    never contains the recipient, even when the server echoes it.
 """
 
 from __future__ import annotations
@@ -51,10 +58,12 @@ from engine.domain import Message, SendResult
 from engine.errors import ConfigError
 from engine.providers._options import Options, redact
 from engine.providers.base import ProviderConfig
+from engine.providers.schema import OptionSpec, ProviderKind
 
 __all__ = [
     "KIND",
     "SIGNATURE_HEADER",
+    "SPEC",
     "WebhookProvider",
     "parse_retry_after",
     "sign",
@@ -183,8 +192,7 @@ class WebhookProvider:
     @classmethod
     def from_config(cls, config: ProviderConfig) -> Self:
         """Build from options and secrets; raises ``ConfigError`` naming the first bad one."""
-        opts = Options(config)
-        opts.check_known(("url", "timeout_s"), ("signing_key",), prefix=HEADER_PREFIX)
+        opts = SPEC.read(config)
         url = opts.text("url")
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -194,9 +202,9 @@ class WebhookProvider:
         return cls(
             config.name,
             url,
-            timeout_s=opts.number("timeout_s", 10.0, above_low=True, high=300.0),
-            headers=_extra_headers(opts),
-            signing_key=config.secrets.get("signing_key"),
+            timeout_s=opts.number("timeout_s"),
+            headers=_extra_headers(Options(config)),
+            signing_key=opts.text("signing_key") or None,
         )
 
     def _http(self) -> httpx.AsyncClient:
@@ -218,7 +226,7 @@ class WebhookProvider:
             "tenant": message.tenant,
             "recipient": message.recipient,
             "payload": message.payload,
-            "attempt": message.attempt,
+            "attempt": message.delivery_attempt,
         }
         return json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
@@ -246,7 +254,10 @@ class WebhookProvider:
                 self.url, content=body, headers=headers, timeout=self.timeout_s
             )
         except httpx.TimeoutException:
-            return SendResult.transient(f"no answer within {self.timeout_s:g} s")
+            return SendResult.unavailable(f"no answer within {self.timeout_s:g} s")
+        except httpx.TransportError as exc:  # no connection, TLS, DNS, a broken answer
+            reason = redact(str(exc), message.recipient) or "no reason given"
+            return SendResult.unavailable(f"{type(exc).__name__}: {reason}")
         except httpx.HTTPError as exc:
             reason = redact(str(exc), message.recipient) or "no reason given"
             return SendResult.transient(f"{type(exc).__name__}: {reason}")
@@ -266,7 +277,9 @@ class WebhookProvider:
         said = redact(response.content[:1000].decode("utf-8", "replace"), recipient)
         detail = f"{label}: {said}" if said else label
         if status >= 500 or status == 408:
-            return SendResult.transient(detail)
+            return SendResult.transient(detail, provider_fault=True)
+        if status in (401, 403, 407):
+            return SendResult.unavailable(detail)
         return SendResult.permanent(detail)
 
     async def aclose(self) -> None:
@@ -282,3 +295,18 @@ class WebhookProvider:
             f"WebhookProvider(name={self.name!r}, url={shown!r}, timeout_s={self.timeout_s:g}, "
             f"headers={sorted(self._headers)}, signed={self._signing_key is not None})"
         )
+
+
+OPTIONS = (
+    OptionSpec("url", required=True, help="the http(s) address to POST to; no user:password"),
+    OptionSpec("timeout_s", "number", 10.0, above_low=True, high=300, help="for the whole request"),
+    OptionSpec(f"{HEADER_PREFIX}NAME", prefix=True, help="an extra header NAME sent as given"),
+    OptionSpec("signing_key", secret=True, help="signs each request (OmniPost-Signature)"),
+    OptionSpec(
+        f"{HEADER_PREFIX}NAME",
+        secret=True,
+        prefix=True,
+        help="a header that carries a credential (Authorization), masked everywhere",
+    ),
+)
+SPEC = ProviderKind(KIND, "POSTs each notification as JSON", OPTIONS, WebhookProvider.from_config)

@@ -41,7 +41,9 @@ class ConfigRepo:
             values = {"name": name, "enabled": enabled, "created_at": now, **_limit_cols(limit)}
             tid = (await conn.execute(tenants.insert().values(values))).inserted_primary_key
             assert tid is not None
-            await _audit(conn, now, actor, "tenant.add", tid[0], {"name": name, "limit": limit})
+            await write_audit(
+                conn, now, actor, "tenant.add", tid[0], {"name": name, "limit": limit}
+            )
             return TenantRecord(tid[0], name, limit, enabled)
 
         return await self._db.write(tx)
@@ -69,7 +71,7 @@ class ConfigRepo:
             if values:
                 await conn.execute(tenants.update().where(tenants.c.id == row.id).values(values))
                 detail = {"name": name, **{k: v for k, v in values.items()}}
-                await _audit(conn, now, actor, "tenant.set", row.id, detail)
+                await write_audit(conn, now, actor, "tenant.set", row.id, detail)
             new = await _tenant_row(conn, name)
             assert new is not None
             return _tenant(new)
@@ -123,7 +125,7 @@ class ConfigRepo:
             pid = (await conn.execute(providers.insert().values(values))).inserted_primary_key
             assert pid is not None
             detail = {"name": name, "kind": kind, "limit": limit, "secrets": sorted(secrets)}
-            await _audit(conn, now, actor, "provider.add", None, detail)
+            await write_audit(conn, now, actor, "provider.add", None, detail)
             row = await _provider_row(conn, name)
             assert row is not None
             return self._provider(row, with_secrets=False)
@@ -163,7 +165,7 @@ class ConfigRepo:
                     providers.update().where(providers.c.id == row.id).values(values)
                 )
                 detail = {"name": name, "changed": sorted(values)}
-                await _audit(conn, now, actor, "provider.set", None, detail)
+                await write_audit(conn, now, actor, "provider.set", None, detail)
             new = await _provider_row(conn, name)
             assert new is not None
             return self._provider(new, with_secrets=False)
@@ -230,7 +232,7 @@ class ConfigRepo:
                     )
                 )
             detail = {"tenant": tenant, "provider": provider, "limit": limit}
-            await _audit(conn, now, actor, "limit.set", t.id, detail)
+            await write_audit(conn, now, actor, "limit.set", t.id, detail)
 
         await self._db.write(tx)
 
@@ -309,7 +311,7 @@ class ConfigRepo:
         self, actor: str, action: str, tenant_id: int | None, detail: dict[str, Any], *, now: float
     ) -> None:
         async def tx(conn: AsyncConnection) -> None:
-            await _audit(conn, now, actor, action, tenant_id, detail)
+            await write_audit(conn, now, actor, action, tenant_id, detail)
 
         await self._db.write(tx)
 
@@ -358,7 +360,7 @@ def _json_default(value: object) -> object:
     return str(value)
 
 
-async def _audit(
+async def write_audit(
     conn: AsyncConnection,
     now: float,
     actor: str,
@@ -366,6 +368,7 @@ async def _audit(
     tenant_id: int | None,
     detail: dict[str, Any],
 ) -> None:
+    """One audit-log row, written in the caller's transaction (with the change it records)."""
     await conn.execute(
         audit_log.insert().values(
             ts=now,

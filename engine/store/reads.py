@@ -23,6 +23,7 @@ __all__ = ["DUE_CAP", "QueueReads"]
 
 N = notifications
 _QUEUED = NotificationState.QUEUED.value
+_LEASED = NotificationState.LEASED.value
 DUE_CAP = 1024  # due rows counted per key and refresh; the dispatcher needs at least a batch
 _KEYS_PER_QUERY = 100  # keys probed per UNION ALL (SQLite allows 500 terms in a compound)
 
@@ -59,6 +60,19 @@ class QueueReads:
             return found
 
         return await self._db.read(tx) if tenant_ids is None or tenant_ids else []
+
+    async def providers_with_work(self) -> dict[int, bool]:
+        """Each provider with queued or leased notifications, and whether any are leased (in
+        flight): read from the counts, whatever the queue holds."""
+
+        async def tx(conn: AsyncConnection) -> dict[int, bool]:
+            found: dict[int, bool] = {}
+            for _t, p, state, n in await _counts(conn):
+                if n > 0 and state in (_QUEUED, _LEASED):
+                    found[p] = found.get(p, False) or state == _LEASED
+            return found
+
+        return await self._db.read(tx)
 
     async def depth(self) -> list[DepthRow]:
         """Notifications per tenant and state, and the oldest enqueue time of each tenant's

@@ -11,6 +11,7 @@ __all__ = [
     "delivery_log",
     "metadata",
     "notifications",
+    "provider_health",
     "providers",
     "queue_counts",
     "rate_limits",
@@ -217,4 +218,26 @@ chore_leases = sa.Table(
     sa.Column("owner", sa.String(100), nullable=False),
     sa.Column("expires_at", sa.Double, nullable=False),
     sa.Column("last_run_at", sa.Double, nullable=True),
+)
+
+# One row per provider whose circuit ever opened (migration 0004): what every process reads to
+# skip a provider that is down, and the lease of the one probe that tests it (engine/health.py).
+provider_health = sa.Table(
+    "provider_health",
+    metadata,
+    sa.Column(
+        "provider_id",
+        sa.Integer,
+        sa.ForeignKey("providers.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("since", sa.Double, nullable=True),
+    sa.Column("last_error", sa.Text, nullable=False, server_default=""),
+    sa.Column("next_probe_at", sa.Double, nullable=True),
+    sa.Column("failures", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("trips", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("probe_owner", sa.String(100), nullable=True),
+    sa.Column("probe_expires_at", sa.Double, nullable=True),
+    sa.Column("updated_at", sa.Double, nullable=False),
 )

@@ -19,9 +19,11 @@ from engine.crypto import SecretBox
 from engine.errors import StoreError
 from engine.store.config import ConfigRepo
 from engine.store.database import Database, masked_url, normalize_url
+from engine.store.health import HealthRepo
 from engine.store.maintenance import MaintenanceRepo
 from engine.store.notify import listen
 from engine.store.queue import QueueRepo
+from engine.store.rotation import RotationRepo
 from engine.store.stats import StatsRepo
 
 __all__ = ["Store"]
@@ -44,7 +46,9 @@ class Store:
         self.config = ConfigRepo(self._db, box)
         self.queue = QueueRepo(self._db, box)
         self.stats = StatsRepo(self._db)
+        self.health = HealthRepo(self._db)
         self.maintenance = MaintenanceRepo(self._db)
+        self.rotation = RotationRepo(self._db, box)
 
     @property
     def dialect(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -20,28 +21,31 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine import ConfigError, ProviderRecord
+from engine import COMMON_OPTIONS, PROVIDER_KINDS, ConfigError, OptionSpec, ProviderRecord
 from ui.bridge import Bridge
 from ui.models import ProvidersModel, parse_burst, parse_rate_text
 from ui.views.tenants import limit_from_fields
 from ui.widgets import CheckedEdit
 
-__all__ = ["KIND_HINTS", "ProvidersView"]
+__all__ = ["ProvidersView", "kind_rows"]
 
-# Options and secrets each built-in kind reads (see engine/providers), offered as rows.
-KIND_HINTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "simulated": (
-        ("latency_ms", "latency_jitter_ms", "error_rate", "throttle_rate", "permanent_rate",
-         "retry_after_s", "seed"),
-        (),
-    ),
-    "file": (("path",), ()),
-    "webhook": (("url", "timeout_s"), ("signing_key",)),
-    "smtp": (
-        ("host", "port", "from", "security", "timeout_s", "ca_file"),
-        ("username", "password"),
-    ),
-}  # fmt: skip
+
+def kind_rows(kind: str) -> tuple[list[OptionSpec], list[OptionSpec]]:
+    """The options and the secrets ``kind`` declares (engine's ``PROVIDER_KINDS``), offered as
+    rows with their hints. Families such as ``header.NAME`` are not (the user names those), nor
+    the options every kind takes (``COMMON_OPTIONS``: the table's tooltip lists them)."""
+    declared = PROVIDER_KINDS.get(kind)
+    specs = [s for s in declared.own_options if not s.prefix] if declared is not None else []
+    return [s for s in specs if not s.secret], [s for s in specs if s.secret]
+
+
+def _hints(kind: str) -> dict[tuple[bool, str], str]:
+    """(secret, name) -> hint, for the rows of a saved provider."""
+    declared = PROVIDER_KINDS.get(kind)
+    specs = declared.options if declared is not None else ()
+    return {(s.secret, s.name): s.hint() for s in specs if not s.prefix}
+
+
 SAVED = "saved — type to replace, leave empty to keep"
 
 
@@ -53,6 +57,7 @@ class ProvidersView(QWidget):
         self._providers: dict[str, ProviderRecord] = {}
         self._build()
         bridge.providers_changed.connect(self.set_providers)
+        bridge.sampled.connect(lambda snap: self.model.set_health(snap.health))
         bridge.test_sent.connect(self.test_result.setText)
 
     def _build(self) -> None:
@@ -85,13 +90,17 @@ class ProvidersView(QWidget):
         box = QGroupBox("Provider")
         self.name = QLineEdit()
         self.kind = QComboBox()
-        self.kind.addItems(sorted(KIND_HINTS))
+        for index, kind in enumerate(sorted(PROVIDER_KINDS)):
+            self.kind.addItem(kind)
+            self.kind.setItemData(index, PROVIDER_KINDS[kind].summary, Qt.ItemDataRole.ToolTipRole)
         self.kind.currentTextChanged.connect(self._kind_changed)
         self.rate = CheckedEdit(parse_rate_text, "empty: unlimited")
         self.burst = CheckedEdit(
             lambda t: parse_burst(t) if t.strip() else None, "default: 1 s worth"
         )
         self.options = _pairs_table(("Option", "Value"))
+        common = "\n".join(f"{s.name}: {s.hint()}" for s in COMMON_OPTIONS)
+        self.options.setToolTip(f"Every kind also takes (add a row):\n{common}")
         self.secrets = _pairs_table(("Secret", "Value"))
         self.secrets.setToolTip("Secrets are stored encrypted and never shown again once saved.")
         add_option = QPushButton("Add option")
@@ -171,38 +180,42 @@ class ProvidersView(QWidget):
         limit = provider.limit
         self.rate.setText("" if limit is None else f"{limit.rate_per_s:g}")
         self.burst.setText("" if limit is None else f"{limit.burst:g}")
-        known_options, known_secrets = KIND_HINTS.get(provider.kind, ((), ()))
+        known_options, known_secrets = kind_rows(provider.kind)
+        hints = _hints(provider.kind)
         self.options.setRowCount(0)
         for key, value in sorted(provider.options.items()):
-            _add_row(self.options, key, value)
-        for key in known_options:  # offered empty: what else this kind understands
-            if key not in provider.options:
-                _add_row(self.options, key, "")
+            _add_row(self.options, key, value, hints.get((False, key), ""))
+        for spec in known_options:  # offered empty: what else this kind understands
+            if spec.name not in provider.options:
+                _add_row(self.options, spec.name, "", spec.hint())
         self.secrets.setRowCount(0)
         for key in provider.secret_names:
-            self._add_secret(key, saved=True)
-        for key in known_secrets:
-            if key not in provider.secret_names:
-                self._add_secret(key, saved=False)
+            self._add_secret(key, saved=True, hint=hints.get((True, key), ""))
+        for spec in known_secrets:
+            if spec.name not in provider.secret_names:
+                self._add_secret(spec.name, saved=False, hint=spec.hint())
 
     def _kind_changed(self, kind: str, force: bool = False) -> None:
         if self.name.isReadOnly() and not force:
             return  # editing a saved provider: keep its rows
-        options, secrets = KIND_HINTS.get(kind, ((), ()))
+        options, secrets = kind_rows(kind)
         self.options.setRowCount(0)
-        for key in options:
-            _add_row(self.options, key, "")
+        for spec in options:
+            _add_row(self.options, spec.name, "", spec.hint())
         self.secrets.setRowCount(0)
-        for key in secrets:
-            self._add_secret(key, saved=False)
+        for spec in secrets:
+            self._add_secret(spec.name, saved=False, hint=spec.hint())
 
-    def _add_secret(self, key: str, *, saved: bool) -> None:
+    def _add_secret(self, key: str, *, saved: bool, hint: str = "") -> None:
         row = self.secrets.rowCount()
         self.secrets.insertRow(row)
-        self.secrets.setItem(row, 0, QTableWidgetItem(key))
+        item = QTableWidgetItem(key)
+        item.setToolTip(hint)
+        self.secrets.setItem(row, 0, item)
         edit = QLineEdit()
         edit.setEchoMode(QLineEdit.EchoMode.Password)
         edit.setPlaceholderText(SAVED if saved else "value")
+        edit.setToolTip(hint)
         self.secrets.setCellWidget(row, 1, edit)
 
     # -- actions ---------------------------------------------------------------------------
@@ -257,11 +270,14 @@ def _pairs_table(headers: tuple[str, str]) -> QTableWidget:
     return table
 
 
-def _add_row(table: QTableWidget, key: str, value: str) -> None:
+def _add_row(table: QTableWidget, key: str, value: str, hint: str = "") -> None:
+    """A row of ``key`` and ``value``; ``hint`` (type, default, help) shows on hovering."""
     row = table.rowCount()
     table.insertRow(row)
-    table.setItem(row, 0, QTableWidgetItem(key))
-    table.setItem(row, 1, QTableWidgetItem(value))
+    for column, text in enumerate((key, value)):
+        item = QTableWidgetItem(text)
+        item.setToolTip(hint)
+        table.setItem(row, column, item)
 
 
 def _rows(table: QTableWidget) -> list[tuple[str, str]]:
