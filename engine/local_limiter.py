@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from engine.clock import Clock
 from engine.domain import BucketKey, BucketLevel, Limit
 from engine.limiter import Reservation
-from engine.ratelimit import TokenBucket
+from engine.ratelimit import TokenBucket, whole
 
 __all__ = ["LocalLimiter"]
 
@@ -49,7 +49,7 @@ class LocalLimiter:
         blocked_s = max((self._blocked_for(now, key) for key in unique), default=0.0)
         granted = 0 if blocked_s > 0 else n
         for bucket in buckets:
-            granted = min(granted, math.floor(bucket.tokens_at(now)))
+            granted = min(granted, whole(bucket.tokens_at(now)))
         if granted > 0:
             for bucket in buckets:
                 bucket.try_take(now, granted)

@@ -3,6 +3,12 @@
 Nothing here reads a clock or sleeps: ``now`` is any monotonic reading in seconds, so callers
 and tests decide what time it is. Time going backwards never mints tokens: the bucket keeps
 the latest time it has seen, and an earlier ``now`` adds nothing and does not move it back.
+
+Float rounding: a level computed as ``0.2 + 0.2 + ...`` or after a reconfigure can land a hair
+below a whole token at the very instant that token falls due. The bucket counts a level within
+``EPSILON`` (a billionth of a token) of ``n`` as ``n``, and keeps the hair it lent as a debt
+(the level may read ``-1e-10``), so rounding never delays a token and never grants one more than
+``burst + rate * t``.
 """
 
 from __future__ import annotations
@@ -11,7 +17,14 @@ import math
 
 from engine.domain import check_limit
 
-__all__ = ["TokenBucket"]
+__all__ = ["EPSILON", "TokenBucket", "whole"]
+
+EPSILON = 1e-9  # tokens: how far below a whole token rounding may leave a level that is due
+
+
+def whole(tokens: float) -> int:
+    """The whole tokens in a level, counting one within ``EPSILON`` of the next as there."""
+    return math.floor(tokens + EPSILON)
 
 
 def _check_n(n: float) -> None:
@@ -63,7 +76,7 @@ class TokenBucket:
         """Take ``n`` tokens at ``now`` if they are all there; else take none. True if taken."""
         _check_n(n)
         tokens = self._advance(now)
-        if tokens < n:
+        if tokens + EPSILON < n:  # rounding may leave a due token a hair short: see above
             return False
         self._tokens = tokens - n
         return True
@@ -79,7 +92,7 @@ class TokenBucket:
         if n > self._burst:
             return math.inf
         missing = n - self.tokens_at(now)
-        if missing <= 0:
+        if missing <= EPSILON:
             return 0.0
         return max(0.0, self._stamp - now) + missing / self._rate_per_s
 

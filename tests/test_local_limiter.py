@@ -237,3 +237,15 @@ def test_repr_shows_levels_and_blocks() -> None:
     )
     clock.advance(2.0)
     assert repr(limiter) == "<LocalLimiter buckets [tenant:acme 5.00/5] blocked []>"
+
+
+def test_a_reservation_at_the_instant_a_token_falls_due_is_granted() -> None:
+    """1,000/s, burst 1, asked every 0.2 ms with the time summed step by step: every token
+    refilled comes out (the float level reads a hair below 1 when each falls due), and never
+    one more than the envelope. Two buckets (tenant and provider) at the same rate."""
+    limiter = limiter_with({TENANT: Limit(1000.0, 1.0), PROVIDER: Limit(1000.0, 1.0)})
+    now, granted = 0.0, 0
+    for _ in range(5000):
+        now += 0.0002
+        granted += limiter.reserve_at(now, SEND, 1).granted
+    assert math.floor(1000.0 * now + 1e-6) <= granted <= 1.0 + 1000.0 * now

@@ -240,3 +240,57 @@ def test_repr_shows_the_state() -> None:
     bucket = TokenBucket(2.5, 10, now=1.0)
     assert bucket.try_take(1.0, 3)
     assert repr(bucket) == "<TokenBucket 2.5/s burst 10: 7.000 tokens at t=1.000>"
+
+
+# -- tokens at the exact instant they fall due (float rounding) --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("rate_per_s", "step_s", "steps"),
+    [
+        (1000.0, 0.0002, 5000),  # polled five times per token period, ``now`` summed step by step
+        (1000.0, 0.001, 1000),  # polled exactly at the token period
+        (30.0, 1 / 30, 300),
+        (7.0, 1 / 70, 1000),
+    ],
+)
+def test_a_bucket_polled_on_its_token_period_grants_every_token_on_time(
+    rate_per_s: float, step_s: float, steps: int
+) -> None:
+    """Summed times land a hair before each token falls due; the token must still be granted
+    then (before the epsilon about 13% fewer came out at 1,000/s): every token refilled by the
+    last poll comes out, and never one more than ``burst + rate * t``. (The polls divide the
+    token period, so the burst-1 cap loses nothing between them.)"""
+    bucket = TokenBucket(rate_per_s, 1.0, 0.0)
+    now, granted = 0.0, 0
+    for _ in range(steps):
+        now += step_s
+        granted += bucket.try_take(now)
+    refilled = rate_per_s * now
+    assert math.floor(refilled + 1e-6) <= granted <= 1.0 + refilled + 1e-6, (granted, refilled)
+
+
+def test_a_take_at_the_instant_a_reconfigured_bucket_reaches_n_succeeds() -> None:
+    """0.1/s, emptied at 0, reconfigured to 13/s at 0.3: one token is due at 0.3 + 0.97 / 13,
+    where the float level reads 0.9999999999999996."""
+    bucket = TokenBucket(0.1, 10.0, 0.0)
+    bucket.drain(0.0)
+    bucket.reconfigure(0.3, rate_per_s=13.0)
+    due = 0.3 + (1 - bucket.tokens_at(0.3)) / 13.0
+    assert bucket.tokens_at(due) < 1.0  # the rounding this is about
+    assert bucket.wait_s(due) == 0.0
+    assert bucket.try_take(due)
+    assert not bucket.try_take(due)  # the hair lent is a debt, not a second token
+    assert bucket.wait_s(due) == pytest.approx(1 / 13.0)
+
+
+def test_the_hair_lent_is_repaid_so_the_long_run_is_exact() -> None:
+    """Many takes each a hair early: over 10,000 token periods no extra token comes out."""
+    bucket = TokenBucket(3.0, 1.0, 0.0)
+    bucket.drain(0.0)
+    granted, now = 0, 0.0
+    for _ in range(10_000):
+        now += 1 / 3
+        granted += bucket.try_take(now)
+    assert granted <= 3.0 * now + 1e-6
+    assert granted >= 3.0 * now - 1

@@ -6,6 +6,14 @@
 -- Numbers go into Redis and come back out as strings: a Lua number returned to the client
 -- is truncated to an integer, and fractions of a token matter.
 
+-- A level within EPSILON of a whole token counts as that token (float rounding at the instant
+-- it falls due); the hair lent stays as a debt, as in engine/ratelimit.py.
+local EPSILON = 1e-9
+
+local function whole(tokens)
+  return math.floor(tokens + EPSILON)
+end
+
 local function now_s()
   local t = redis.call('TIME')
   return tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -53,7 +61,7 @@ local function wait_one(b, now)
     return -1
   end
   local missing = 1 - b.tokens
-  if missing <= 0 then
+  if missing <= EPSILON then
     return 0
   end
   return math.max(0, b.stamp - now) + missing / b.rate

@@ -14,7 +14,7 @@ for i = 2, #KEYS, 3 do
   if b then
     b.key = KEYS[i + 1]
     buckets[#buckets + 1] = b
-    granted = math.min(granted, math.floor(b.tokens))
+    granted = math.min(granted, whole(b.tokens))
   end
 end
 if blocked > 0 then
