@@ -96,7 +96,13 @@ class Database:
         self.engine: AsyncEngine = create_async_engine(url, **kwargs)
         if self.dialect == "sqlite":
             _install_sqlite_hooks(self.engine)
-        self._reader = self.engine.execution_options(omnipost_read=True)
+        # A read may take several statements (a listing reads one index range per state): on
+        # Postgres they share one snapshot, or a row changing state between two of them would
+        # be missed or seen twice. SQLite's read transaction is one snapshot already.
+        read_options: dict[str, Any] = {"omnipost_read": True}
+        if self.dialect == "postgresql":
+            read_options["isolation_level"] = "REPEATABLE READ"
+        self._reader = self.engine.execution_options(**read_options)
         # SQLite has one writer at a time. Queue this process's writers here rather than in
         # SQLite's busy handler, which sleeps in steps of up to 100 ms.
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
