@@ -41,6 +41,19 @@ from engine.errors import (
 from engine.health import CircuitState, ProviderHealth
 from engine.limiter import Limiter, Reservation
 from engine.local_limiter import LocalLimiter
+from engine.plan_api import MAX_PLANNED
+from engine.plan_model import (
+    BacklogTraffic,
+    BurstTraffic,
+    LimitChange,
+    PlanReport,
+    PlanResult,
+    ProviderModel,
+    ProviderPlan,
+    ReplayTraffic,
+    TenantPlan,
+    Traffic,
+)
 from engine.policy import RetryPolicy
 from engine.present import MASKED_VALUE, fmt_limit, masked_secrets
 from engine.providers import (
@@ -77,11 +90,14 @@ __all__ = [
     "DEFAULT_RETENTION",
     "MASKED_VALUE",
     "MAX_KEY_CHARS",
+    "MAX_PLANNED",
     "PROVIDER_KINDS",
     "UNSET",
     "AuditEntry",
+    "BacklogTraffic",
     "BucketKey",
     "BucketLevel",
+    "BurstTraffic",
     "CircuitState",
     "Clock",
     "ConfigError",
@@ -94,6 +110,7 @@ __all__ = [
     "EngineState",
     "FakeClock",
     "Limit",
+    "LimitChange",
     "Limiter",
     "LocalLimiter",
     "Message",
@@ -105,14 +122,19 @@ __all__ = [
     "Outcome",
     "PairLimit",
     "Pattern",
+    "PlanReport",
+    "PlanResult",
     "Provider",
     "ProviderConfig",
     "ProviderFactory",
     "ProviderHealth",
     "ProviderKind",
+    "ProviderModel",
+    "ProviderPlan",
     "ProviderRecord",
     "PruneReport",
     "RedisLimiter",
+    "ReplayTraffic",
     "Reservation",
     "Retention",
     "RetryPolicy",
@@ -129,8 +151,10 @@ __all__ = [
     "SystemClock",
     "TableRotation",
     "TenantDepth",
+    "TenantPlan",
     "TenantRecord",
     "TokenBucket",
+    "Traffic",
     "Unset",
     "Window",
     "WorkerRecord",

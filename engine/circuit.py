@@ -31,9 +31,10 @@ from engine.health import (
     take_probe,
 )
 from engine.policy import Decision
+from engine.ports import DispatchStore
 from engine.providers.base import ProviderConfig
 from engine.providers.schema import circuit_settings
-from engine.store import Leased, Store
+from engine.store import Leased
 from engine.store.health import Transition
 
 __all__ = ["Circuits"]
@@ -48,7 +49,13 @@ class Circuits:
     mid-probe lets another take the probe once it runs out."""
 
     def __init__(
-        self, store: Store, directory: Directory, clock: Clock, *, owner: str, probe_lease_s: float
+        self,
+        store: DispatchStore,
+        directory: Directory,
+        clock: Clock,
+        *,
+        owner: str,
+        probe_lease_s: float,
     ) -> None:
         self._store = store
         self._dir = directory

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from engine.domain import BucketKey, Limit
 from engine.errors import OmniPostError
 from engine.limiter import Limiter
+from engine.ports import ConfigSource
 from engine.providers.base import Provider, ProviderConfig, ProviderFactory
-from engine.store import PairLimit, ProviderRecord, Store, TenantRecord
+from engine.store import PairLimit, ProviderRecord, TenantRecord
 
 __all__ = ["Directory"]
 
@@ -23,7 +24,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Directory:
-    store: Store
+    store: ConfigSource
     limiter: Limiter
     factories: Mapping[str, ProviderFactory]
     tenants: dict[int, TenantRecord] = field(default_factory=dict)

@@ -19,20 +19,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from engine.circuit import Circuits
 from engine.clock import Clock
+from engine.completer import Completer
 from engine.directory import Directory
-from engine.domain import BucketKey, Message, NotificationState, SendResult
+from engine.domain import BucketKey, BucketScope, Message, NotificationState, SendResult
 from engine.errors import OmniPostError
 from engine.limiter import Limiter, Reservation
-from engine.policy import STORE_OUTAGE, WRITE_RETRY, Decision, RetryPolicy, decide, round_robin
-from engine.store import Completion, DueKey, Leased, Store
+from engine.policy import STORE_OUTAGE, RetryPolicy, decide, round_robin
+from engine.ports import DispatchStore
+from engine.providers.base import send_within
+from engine.store import Completion, DueKey, Leased
 from engine.telemetry import Telemetry
 
 __all__ = ["Dispatcher", "DispatcherSettings"]
@@ -40,7 +44,6 @@ __all__ = ["Dispatcher", "DispatcherSettings"]
 log = logging.getLogger(__name__)
 
 Key = tuple[int, int]  # (tenant id, provider id)
-_GATHER_S = 0.005  # the completer lets a few more sends finish, to write them together
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +64,7 @@ class Dispatcher:
 
     def __init__(
         self,
-        store: Store,
+        store: DispatchStore,
         limiter: Limiter,
         directory: Directory,
         telemetry: Telemetry,
@@ -82,21 +85,30 @@ class Dispatcher:
         self._rng = rng or random.Random()
         self._work: asyncio.Queue[Leased | None] = asyncio.Queue()  # None: a worker exits
         self._busy = 0
-        self._done: list[Completion] = []
-        self._done_ready = asyncio.Event()
         self._wake = asyncio.Event()
         self._due: dict[Key, DueKey] = {}
+        self._keys: list[Key] | None = None  # the keys of _due with work, sorted; None: stale
+        self._starved = False  # the last round stopped for want of a free sender
         self._due_stale = True
         self._refreshed_at = -1e9
         self._next_due_at = math.inf  # wall time when delayed work (a retry) falls due
+        # Monotonic time before which a key's buckets grant nothing (what its last empty
+        # reservation said, at most ``poll_s`` ahead): a round does not ask them again sooner.
+        self._not_before: dict[Key, float] = {}
         self._last: Key | None = None
         self._workers: list[asyncio.Task[None]] = []
         self._stopping = False
         self._started = False  # delivery tasks exist only once ``run`` has started
-        self._flushing = asyncio.Lock()  # the completer and ``drain`` both flush
         self._cancelled: list[Leased] = []  # sends cut short by ``drain``; it returns them
         probe_lease_s = settings.send_timeout_s + settings.lease_s
         self.circuits = Circuits(store, directory, clock, owner=owner, probe_lease_s=probe_lease_s)
+        self._completer = Completer(
+            store.queue,
+            clock,
+            owner=owner,
+            batch=settings.completion_batch,
+            on_applied=self._account,
+        )
         self.delivered = 0
         self.on_wait: Callable[[float], None] | None = None  # tests observe sleeps
 
@@ -176,6 +188,7 @@ class Dispatcher:
         enabled = [t.id for t in self._dir.tenants.values() if t.enabled]
         rows = await self._store.queue.due_keys(self._clock.wall(), enabled)
         self._due = {(r.tenant_id, r.provider_id): r for r in rows}
+        self._keys = None
         # _round sleeps until the first of these; the counts must be fresh when it wakes.
         delayed = (r.next_available_at for r in rows if r.due == 0)
         self._next_due_at = min(delayed, default=math.inf)
@@ -183,18 +196,42 @@ class Dispatcher:
     async def _round(self) -> float:
         """One pass over the keys with due work; returns how long to sleep (0: go again)."""
         now = self._clock.wall()
+        mono = self._clock.monotonic()
         wait_s = self.settings.poll_s
         progressed = False
-        keys = sorted(k for k, d in self._due.items() if d.due > 0)
+        if self._keys is None:
+            self._keys = sorted(k for k, d in self._due.items() if d.due > 0)
+        keys = self._keys
+        self._starved = False
+        # Buckets found empty this round, by whose they are: the keys behind them wait.
+        held_tenants: set[int] = set()
+        held_providers: set[int] = set()
+        held_pairs: set[Key] = set()
+        not_before = self._not_before
         for key in round_robin(keys, self._last):
-            free = self.concurrency - self.inflight
+            if key[1] in held_providers or key[0] in held_tenants or key in held_pairs:
+                continue
+            until = not_before.get(key)
+            if until is not None and until > mono:
+                # Its buckets said when they grant again; asking sooner gets nothing.
+                wait_s = min(wait_s, until - mono)
+                continue
+            free = self.concurrency - self._work.qsize() - self._busy
             if free <= 0:
+                self._starved = True  # a send that ends wakes the loop
                 return wait_s if not progressed else 0.0
             blocked_s = self.circuits.blocked_for_s(key[1], now)
             if blocked_s > 0:  # its circuit is open; no probe yet, or another worker's
                 wait_s = min(wait_s, blocked_s)
                 continue
-            got, key_wait_s = await self._serve(key, min(free, self.settings.batch))
+            got, key_wait_s, held = await self._serve(key, min(free, self.settings.batch))
+            for scope in held:
+                if scope is BucketScope.TENANT:
+                    held_tenants.add(key[0])
+                elif scope is BucketScope.PROVIDER:
+                    held_providers.add(key[1])
+                else:
+                    held_pairs.add(key)
             progressed |= got > 0
             wait_s = min(wait_s, key_wait_s)
         # Delayed work seen by the last look; it may have fallen due while the answer came
@@ -202,21 +239,28 @@ class Dispatcher:
         wait_s = min(wait_s, self._next_due_at - now)
         return 0.0 if progressed else max(wait_s, 0.001)
 
-    async def _serve(self, key: Key, room: int) -> tuple[int, float]:
+    async def _serve(self, key: Key, room: int) -> tuple[int, float, list[BucketScope]]:
+        """Reserve and lease up to ``room`` for ``key``; returns how many were leased, how
+        long until it can be served again (0: at once), and the scopes of the buckets that
+        held its reservation short (the round skips the other keys behind them)."""
         tenant_id, provider_id = key
         tenant = self._dir.tenants.get(tenant_id)
         provider = self._dir.providers.get(provider_id)
         if tenant is None or provider is None or provider_id not in self._dir.instances:
-            return 0, self.settings.poll_s
+            return 0, self.settings.poll_s, []
         due = self._due[key]
-        buckets = BucketKey.for_send(tenant.name, provider.name)
+        buckets = _send_keys(tenant.name, provider.name)
         probing = not self.circuits.is_closed(provider_id)  # and its probe is due
+        reserved_at = self._clock.monotonic()
         reservation = await self._limiter.reserve(buckets, 1 if probing else min(room, due.due))
+        held = [bucket.scope for bucket in reservation.held_by]
         if reservation.granted == 0:
-            return 0, reservation.wait_s
+            wait_s = min(reservation.wait_s, self.settings.poll_s)
+            self._not_before[key] = self._clock.monotonic() + wait_s
+            return 0, reservation.wait_s, held
         if probing and not await self.circuits.take_probe(provider_id):
             await self._limiter.refund(reservation, reservation.granted)
-            return 0, self.settings.poll_s  # another worker probes it
+            return 0, self.settings.poll_s, held  # another worker probes it
         claimed = await self._store.queue.claim(
             tenant_id,
             provider_id,
@@ -225,27 +269,41 @@ class Dispatcher:
             lease_s=self.settings.lease_s,
             now=self._clock.wall(),
         )
-        leased = await self._retake(buckets, reservation, claimed)
+        leased = await self._retake(buckets, reservation, claimed, reserved_at)
         if probing:
             await self.circuits.probing(provider_id, leased)
         left = due.due - len(leased) if len(leased) == reservation.granted else 0
         self._due[key] = DueKey(tenant_id, provider_id, left, due.next_available_at)
         if left == 0:
             self._due_stale = True  # drained, or the count was off: look again next round
+            self._keys = None
         self._last = key
         for item in leased:
             self._work.put_nowait(item)
-        return len(leased), 0.0 if left else self.settings.poll_s
+        return len(leased), 0.0 if left else self.settings.poll_s, held
 
     async def _retake(
-        self, buckets: Sequence[BucketKey], reservation: Reservation, claimed: list[Leased]
+        self,
+        buckets: Sequence[BucketKey],
+        reservation: Reservation,
+        claimed: list[Leased],
+        reserved_at: float,
     ) -> list[Leased]:
         """Take the tokens again now that the leases are in hand, and return the leases that
         got one (the others are released). The first reservation only says how many to lease;
         the sends go out after the claim, and claims take a varying time, so tokens debited
         before a slow claim would let its sends bunch up with the next quick claim's and
         exceed the envelope. Debited here, the bucket paces the sends themselves."""
+        if self._clock.monotonic() == reserved_at:
+            # No time passed (a store that answers at once, as the planner's): the tokens
+            # taken are the ones a retake would take; only the unused ones go back.
+            if len(claimed) < reservation.granted:
+                await self._limiter.refund(reservation, reservation.granted - len(claimed))
+                self._not_before.clear()
+            return claimed
         await self._limiter.refund(reservation, reservation.granted)
+        if len(claimed) < reservation.granted:
+            self._not_before.clear()  # tokens went back that other keys may take now
         if not claimed:
             return claimed
         now = await self._limiter.reserve(buckets, len(claimed))
@@ -273,13 +331,15 @@ class Dispatcher:
                 raise
             finally:
                 self._busy -= 1
-                self._wake.set()
+                if self._starved:  # a round waits for this sender
+                    self._wake.set()
 
     async def _deliver(self, item: Leased) -> None:
         tenant = self._dir.tenants.get(item.tenant_id)
         record = self._dir.providers.get(item.provider_id)
         provider = self._dir.instances.get(item.provider_id)
         result = SendResult.transient("provider is not available in this worker")
+        send_s: float | None = None
         if tenant is not None and record is not None and provider is not None:
             message = Message(
                 notification_id=item.id,
@@ -292,9 +352,13 @@ class Dispatcher:
                 delivery_attempt=item.failures + 1,
             )
             started_s = self._clock.monotonic()
-            result = await self._send(provider.send(message))
-            self._telemetry.observe_send(record.name, self._clock.monotonic() - started_s)
+            result = await send_within(provider, message, self._clock, self.settings.send_timeout_s)
+            send_s = self._clock.monotonic() - started_s
+            self._telemetry.observe_send(record.name, send_s)
+        probe = not self.circuits.is_closed(item.provider_id)
         decision = await self.circuits.after_send(item, result)
+        if probe:  # the circuit may have closed: its keys are served again at once
+            self._wake.set()
         if decision is None:  # not held by the circuit: the retry policy decides
             decision = decide(
                 result,
@@ -306,71 +370,18 @@ class Dispatcher:
         if decision.throttle_s and record is not None:
             # Every sender of this provider backs off, not only this notification.
             await self._limiter.block(BucketKey.for_provider(record.name), decision.throttle_s)
-        self._finish(item, result, decision)
-
-    async def _send(self, call: Awaitable[SendResult]) -> SendResult:
-        try:
-            async with self._clock.timeout(self.settings.send_timeout_s):
-                return await call
-        except TimeoutError:  # the provider's, not the message's: it counts toward its circuit
-            return SendResult.unavailable(
-                f"provider did not answer in {self.settings.send_timeout_s:g}s"
-            )
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a provider bug must not kill the worker
-            log.exception("provider raised instead of returning an outcome")
-            return SendResult.transient(f"provider error: {type(exc).__name__}")
-
-    def _finish(self, item: Leased, result: SendResult, decision: Decision) -> None:
-        now = self._clock.wall()
-        self._done.append(
-            Completion(
-                leased=item,
-                outcome=result.outcome,
-                state=decision.state,
-                detail=result.detail,
-                available_at=now + decision.delay_s,
-                spend_attempt=decision.spend_attempt,
-                ts=now,
-                latency_s=now - item.enqueued_at,
-            )
-        )
-        self._done_ready.set()
+        self._completer.finished(item, result, decision, send_s, now=self._clock.wall())
 
     # -- completions ------------------------------------------------------------------------
 
     async def complete_loop(self) -> None:
-        """Write outcomes back in batches until cancelled; the last flush happens in ``flush``."""
-        failures = 0  # failed writes in a row
-        while True:
-            await self._done_ready.wait()
-            await self._clock.sleep(_GATHER_S)
-            try:
-                await self.flush()
-            except OmniPostError as exc:
-                # Kept and written again; if the leases expire meanwhile, the fencing
-                # refuses them and the notifications are delivered again (at least once).
-                log.warning("writing outcomes failed, will retry: %s", exc.message)
-                failures += 1
-                await self._clock.sleep(WRITE_RETRY.delay_s(failures))
-                continue
-            failures = 0
+        """Write outcomes back in batches until cancelled; the last flush happens in ``drain``."""
+        await self._completer.run()
 
     async def flush(self) -> None:
-        # One flush at a time: two would write the same batch twice, the second refused
-        # row by row and counted as takeovers, and each would then drop a batch from _done.
-        async with self._flushing:
-            while self._done:
-                batch = sorted(
-                    self._done[: self.settings.completion_batch], key=lambda c: c.leased.id
-                )
-                applied = await self._store.queue.complete(batch, worker=self.owner)
-                del self._done[: len(batch)]
-                self._account(batch, applied)
-            self._done_ready.clear()
+        await self._completer.flush()
 
-    def _account(self, batch: list[Completion], applied: list[bool]) -> None:
+    def _account(self, batch: Sequence[Completion], applied: Sequence[bool]) -> None:
         requeued = False
         for completion, ok in zip(batch, applied, strict=True):
             if not ok:
@@ -408,13 +419,18 @@ class Dispatcher:
         await self.flush()
 
     def has_pending(self) -> bool:
-        return bool(self.inflight or self._done)
+        return bool(self.inflight or len(self._completer))
 
     def __repr__(self) -> str:
         return (
             f"Dispatcher(owner={self.owner!r}, concurrency={self.concurrency}, "
-            f"inflight={self.inflight}, pending_writes={len(self._done)})"
+            f"inflight={self.inflight}, pending_writes={len(self._completer)})"
         )
+
+
+@functools.lru_cache(maxsize=4096)
+def _send_keys(tenant: str, provider: str) -> tuple[BucketKey, BucketKey, BucketKey]:
+    return BucketKey.for_send(tenant, provider)
 
 
 def _take_all(queue: asyncio.Queue[Leased | None]) -> list[Leased | None]:

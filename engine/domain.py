@@ -97,6 +97,14 @@ class BucketKey:
     scope: BucketScope
     tenant: str = ""
     provider: str = ""
+    # Keys are looked up in dicts and sets on every reservation: hashed once, when made.
+    _hash: int = field(init=False, repr=False, compare=False, hash=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.scope, self.tenant, self.provider)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @classmethod
     def for_tenant(cls, tenant: str) -> BucketKey:

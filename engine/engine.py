@@ -31,6 +31,7 @@ from engine.keys_api import KeysApi
 from engine.limiter import Limiter
 from engine.notifications_api import NotificationsApi
 from engine.parts import EngineSettings
+from engine.plan_api import PlanApi
 from engine.providers.base import ProviderFactory
 from engine.retention_api import RetentionApi
 from engine.simulate import Pattern, SimulationProgress, run_simulation, schedule
@@ -54,7 +55,7 @@ class EngineState(enum.StrEnum):
     FAILED = "failed"
 
 
-class Engine(ConfigApi, NotificationsApi, RetentionApi, KeysApi, HealthApi):
+class Engine(ConfigApi, NotificationsApi, RetentionApi, KeysApi, HealthApi, PlanApi):
     def __init__(
         self,
         store: Store,

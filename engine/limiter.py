@@ -7,7 +7,7 @@ A send of tenant T through provider P is governed by every configured bucket amo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from engine.domain import BucketKey, BucketLevel, Limit
@@ -21,12 +21,15 @@ class Reservation:
 
     ``granted`` is between 0 and the number asked for. When it is below what was asked,
     ``wait_s`` says how long until at least one more token is there in every bucket
-    (``math.inf`` when it never will be); otherwise it is 0.0.
+    (``math.inf`` when it never will be); otherwise it is 0.0. ``held_by`` names the buckets
+    that held it short (emptiest or blocked), when the limiter knows them; the dispatcher
+    then skips other keys behind those buckets for the rest of its round.
     """
 
     keys: tuple[BucketKey, ...]
     granted: int
     wait_s: float = 0.0
+    held_by: tuple[BucketKey, ...] = field(default=(), compare=False)
 
 
 class Limiter(Protocol):

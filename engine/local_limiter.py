@@ -45,18 +45,28 @@ class LocalLimiter:
         unique = tuple(dict.fromkeys(keys))  # a key named twice is still one bucket
         if n <= 0:
             return Reservation(unique, 0)
-        buckets = [self._buckets[key] for key in unique if key in self._buckets]
-        blocked_s = max((self._blocked_for(now, key) for key in unique), default=0.0)
-        granted = 0 if blocked_s > 0 else n
-        for bucket in buckets:
-            granted = min(granted, whole(bucket.tokens_at(now)))
+        blocked: tuple[BucketKey, ...] = ()
+        blocked_s = 0.0
+        if self._blocked_until:
+            waits = [(key, self._blocked_for(now, key)) for key in unique]
+            blocked = tuple(key for key, wait_s in waits if wait_s > 0)
+            blocked_s = max(wait_s for _, wait_s in waits)
+        granted = 0 if blocked else n
+        configured = []  # (key, bucket, whole tokens there now)
+        for key in unique:
+            bucket = self._buckets.get(key)
+            if bucket is not None:
+                tokens = whole(bucket.tokens_at(now))
+                configured.append((key, bucket, tokens))
+                granted = min(granted, tokens)
         if granted > 0:
-            for bucket in buckets:
+            for _, bucket, _ in configured:
                 bucket.try_take(now, granted)
         if granted == n:
             return Reservation(unique, granted)
-        wait_s = max([blocked_s, *(bucket.wait_s(now, 1.0) for bucket in buckets)])
-        return Reservation(unique, granted, wait_s)
+        wait_s = max([blocked_s, *(bucket.wait_s(now, 1.0) for _, bucket, _ in configured)])
+        held_by = blocked or tuple(key for key, _, tokens in configured if tokens == granted)
+        return Reservation(unique, granted, wait_s, held_by)
 
     def refund_at(self, now: float, reservation: Reservation, n: int) -> None:
         """Give back up to ``reservation.granted`` tokens to each of its configured buckets,

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from engine.clock import Clock
 from engine.domain import Message, SendResult
 
-__all__ = ["Provider", "ProviderConfig", "ProviderFactory"]
+__all__ = ["Provider", "ProviderConfig", "ProviderFactory", "send_within"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,3 +52,21 @@ class Provider(Protocol):
 # Builds a provider from its configuration; raises ConfigError with one clear sentence when an
 # option is missing or invalid. Also used to validate a configuration before it is saved.
 ProviderFactory = Callable[[ProviderConfig], Provider]
+
+
+async def send_within(
+    provider: Provider, message: Message, clock: Clock, timeout_s: float
+) -> SendResult:
+    """``provider.send(message)``, as an outcome whatever happens: one that takes longer than
+    ``timeout_s`` on ``clock`` is the provider's failure (it counts toward its circuit), and
+    one that raises is a transient failure (a provider bug must not kill the worker)."""
+    try:
+        async with clock.timeout(timeout_s):
+            return await provider.send(message)
+    except TimeoutError:
+        return SendResult.unavailable(f"provider did not answer in {timeout_s:g}s")
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.exception("provider raised instead of returning an outcome")
+        return SendResult.transient(f"provider error: {type(exc).__name__}")

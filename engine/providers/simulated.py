@@ -16,10 +16,10 @@ Options (all strings, all optional):
 
 from __future__ import annotations
 
-import asyncio
 import random
 from typing import Self
 
+from engine.clock import Clock, SystemClock
 from engine.domain import Message, SendResult
 from engine.errors import ConfigError
 from engine.providers.base import ProviderConfig
@@ -51,7 +51,8 @@ OPTIONS = (
 class SimulatedProvider:
     """Sleeps a random latency, then draws an outcome with the configured probabilities.
 
-    ``rng`` (a ``random.Random``) wins over ``seed``; with neither, draws are unseeded.
+    ``rng`` (a ``random.Random``) wins over ``seed``; with neither, draws are unseeded. The
+    latency passes on ``clock`` (real time by default; the planner's virtual time).
     Raises ``ConfigError`` when the rates add up to more than 1.
     """
 
@@ -67,6 +68,7 @@ class SimulatedProvider:
         retry_after_s: float = 1.0,
         seed: int | None = None,
         rng: random.Random | None = None,
+        clock: Clock | None = None,
     ) -> None:
         if throttle_rate + error_rate + permanent_rate > 1.0 + 1e-9:
             raise ConfigError(
@@ -82,6 +84,7 @@ class SimulatedProvider:
         self.retry_after_s = retry_after_s
         self.seed = seed
         self._rng = rng if rng is not None else random.Random(seed)
+        self._clock = clock or SystemClock()
         self.sent = 0
 
     @classmethod
@@ -120,7 +123,7 @@ class SimulatedProvider:
 
     async def send(self, message: Message) -> SendResult:
         """Wait the drawn latency, then return the drawn outcome. Never raises."""
-        await asyncio.sleep(self.draw_latency_s())
+        await self._clock.sleep(self.draw_latency_s())
         self.sent += 1
         return self.draw_result()
 

@@ -362,4 +362,5 @@ def _log_row(c: Completion, worker: str) -> dict[str, Any]:
         "worker": worker,
         "ts": c.ts,
         "latency_s": c.latency_s,
+        "send_s": c.send_s,
     }

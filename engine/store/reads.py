@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from engine.crypto import SecretBox, mask
 from engine.domain import NotificationState, Outcome
 from engine.store.database import Database
-from engine.store.records import DeliveryEntry, DepthRow, DueKey, NotificationView
+from engine.store.records import DeliveryEntry, DepthRow, DueKey, Enqueue, NotificationView
 from engine.store.schema import delivery_log, notifications, queue_counts
 
 __all__ = ["DUE_CAP", "QueueReads"]
@@ -71,6 +71,49 @@ class QueueReads:
                 if n > 0 and state in (_QUEUED, _LEASED):
                     found[p] = found.get(p, False) or state == _LEASED
             return found
+
+        return await self._db.read(tx)
+
+    async def backlog(self) -> dict[tuple[int, int], int]:
+        """Queued and leased notifications per (tenant, provider), from the counts."""
+
+        async def tx(conn: AsyncConnection) -> dict[tuple[int, int], int]:
+            found: dict[tuple[int, int], int] = {}
+            for t, p, state, n in await _counts(conn):
+                if n > 0 and state in (_QUEUED, _LEASED):
+                    found[t, p] = found.get((t, p), 0) + n
+            return found
+
+        return await self._db.read(tx)
+
+    async def enqueues_since(self, since: float, limit: int) -> list[Enqueue]:
+        """The notifications enqueued at or after ``since`` (unix s) that the store still
+        keeps, oldest first, at most ``limit``. Ids grow with enqueue time, so the first one
+        is found by a binary search over the primary key (a few dozen point reads) and the
+        rest are one range of it: the cost follows the window, not the store."""
+        probe = sa.select(N.c.id, N.c.enqueued_at).order_by(N.c.id).limit(1)
+
+        async def tx(conn: AsyncConnection) -> list[Enqueue]:
+            bounds = (await conn.execute(sa.select(sa.func.min(N.c.id), sa.func.max(N.c.id)))).one()
+            if bounds[0] is None:
+                return []
+            lo, hi = int(bounds[0]), int(bounds[1]) + 1
+            while lo < hi:  # the first id whose row (or the next kept one) is recent enough
+                mid = (lo + hi) // 2
+                row = (await conn.execute(probe.where(N.c.id >= mid))).first()
+                if row is None or row.enqueued_at >= since:
+                    hi = mid
+                else:
+                    lo = int(row.id) + 1
+            query = (
+                sa.select(N.c.enqueued_at, N.c.tenant_id, N.c.provider_id, N.c.priority)
+                .where((N.c.id >= lo) & (N.c.enqueued_at >= since))
+                .order_by(N.c.id)
+                .limit(limit)
+            )
+            rows = [Enqueue(r[0], r[1], r[2], r[3]) for r in await conn.execute(query)]
+            rows.sort(key=lambda e: e.enqueued_at)
+            return rows
 
         return await self._db.read(tx)
 

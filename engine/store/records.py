@@ -13,12 +13,14 @@ __all__ = [
     "DeliveryEntry",
     "DepthRow",
     "DueKey",
+    "Enqueue",
     "EnqueueResult",
     "Leased",
     "NewNotification",
     "NotificationView",
     "PairLimit",
     "ProviderRecord",
+    "SendSample",
     "StoreSize",
     "TenantRecord",
     "WorkerRecord",
@@ -124,7 +126,8 @@ class Completion:
     available_at: float | None = None  # for a requeue
     spend_attempt: bool = False
     ts: float = 0.0
-    latency_s: float | None = None
+    latency_s: float | None = None  # enqueue to outcome
+    send_s: float | None = None  # how long the provider took (None: it was not called)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +186,7 @@ class DeliveryEntry:
     worker: str
     ts: float
     latency_s: float | None
+    send_s: float | None = None  # the provider's own time (None: not called, or before 0005)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,3 +198,24 @@ class StoreSize:
     used_bytes: int
     free_bytes: int | None
     notifications: int
+
+
+@dataclass(frozen=True, slots=True)
+class SendSample:
+    """One send from the delivery log: its provider, outcome, the provider's own time
+    (None before migration 0005 or when the provider was not called) and when it ended."""
+
+    provider_id: int
+    outcome: Outcome
+    send_s: float | None
+    ts: float
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueue:
+    """When a notification of one key was enqueued, and its priority."""
+
+    enqueued_at: float
+    tenant_id: int
+    provider_id: int
+    priority: int

@@ -109,6 +109,7 @@ delivery_log = sa.Table(
     sa.Column("worker", sa.String(100), nullable=False),
     sa.Column("ts", sa.Double, nullable=False),
     sa.Column("latency_s", sa.Double, nullable=True),
+    sa.Column("send_s", sa.Double, nullable=True),  # the provider's own time (migration 0005)
     sa.Index(None, "notification_id"),
     sqlite_autoincrement=True,
 )

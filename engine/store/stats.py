@@ -7,6 +7,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.domain import Outcome
 from engine.store.database import Database
+from engine.store.records import SendSample
 from engine.store.schema import delivery_log
 
 __all__ = ["StatsRepo"]
@@ -37,5 +38,23 @@ class StatsRepo:
             for outcome, count in await conn.execute(query):
                 counts[Outcome(outcome)] = int(count)
             return counts
+
+        return await self._db.read(tx)
+
+    async def recent_sends(self, limit: int) -> list[SendSample]:
+        """The last ``limit`` sends of any provider, newest first: what the planner models a
+        real provider on. One range of the log's primary key, however long the log."""
+        L = delivery_log
+        query = (
+            sa.select(L.c.provider_id, L.c.outcome, L.c.send_s, L.c.ts)
+            .order_by(L.c.id.desc())
+            .limit(limit)
+        )
+
+        async def tx(conn: AsyncConnection) -> list[SendSample]:
+            return [
+                SendSample(r.provider_id, Outcome(r.outcome), r.send_s, r.ts)
+                for r in await conn.execute(query)
+            ]
 
         return await self._db.read(tx)

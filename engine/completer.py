@@ -1,0 +1,111 @@
+"""Outcomes written back in batches: the dispatcher's one writer of completions.
+
+Sends finish one at a time; their outcomes wait here a few milliseconds so that several are
+written in one transaction, each fenced on owner and attempt by the queue. A failed write is
+kept and tried again, slower; if the leases expire meanwhile the fencing refuses them and the
+notifications go out again (at least once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+
+from engine.clock import Clock
+from engine.domain import SendResult
+from engine.errors import OmniPostError
+from engine.policy import WRITE_RETRY, Decision
+from engine.ports import DispatchQueue
+from engine.store import Completion, Leased
+
+__all__ = ["Completer"]
+
+log = logging.getLogger(__name__)
+
+_GATHER_S = 0.005  # a few more sends may finish meanwhile, to be written together
+
+Applied = Callable[[Sequence[Completion], Sequence[bool]], None]
+
+
+class Completer:
+    """``add`` an outcome; ``run`` writes them until cancelled; ``flush`` writes what is left.
+    ``on_applied(batch, applied)`` hears, per written batch, which completions the fencing
+    let through."""
+
+    def __init__(
+        self,
+        queue: DispatchQueue,
+        clock: Clock,
+        *,
+        owner: str,
+        batch: int,
+        on_applied: Applied,
+    ) -> None:
+        self._queue = queue
+        self._clock = clock
+        self.owner = owner
+        self._batch = batch
+        self._on_applied = on_applied
+        self._done: list[Completion] = []
+        self._ready = asyncio.Event()
+        self._flushing = asyncio.Lock()  # ``run`` and ``drain`` both flush
+
+    def __len__(self) -> int:
+        return len(self._done)
+
+    def add(self, completion: Completion) -> None:
+        self._done.append(completion)
+        self._ready.set()
+
+    def finished(
+        self,
+        item: Leased,
+        result: SendResult,
+        decision: Decision,
+        send_s: float | None,
+        *,
+        now: float,
+    ) -> None:
+        """Add the outcome of sending ``item`` at ``now`` (wall), as ``decision`` says."""
+        self.add(
+            Completion(
+                leased=item,
+                outcome=result.outcome,
+                state=decision.state,
+                detail=result.detail,
+                available_at=now + decision.delay_s,
+                spend_attempt=decision.spend_attempt,
+                ts=now,
+                latency_s=now - item.enqueued_at,
+                send_s=send_s,
+            )
+        )
+
+    async def run(self) -> None:
+        failures = 0  # failed writes in a row
+        while True:
+            await self._ready.wait()
+            await self._clock.sleep(_GATHER_S)
+            try:
+                await self.flush()
+            except OmniPostError as exc:
+                log.warning("writing outcomes failed, will retry: %s", exc.message)
+                failures += 1
+                await self._clock.sleep(WRITE_RETRY.delay_s(failures))
+                continue
+            failures = 0
+
+    async def flush(self) -> None:
+        # One flush at a time: two would write the same batch twice, the second refused
+        # row by row and counted as takeovers, and each would then drop a batch.
+        async with self._flushing:
+            while self._done:
+                batch = sorted(self._done[: self._batch], key=lambda c: c.leased.id)
+                applied = await self._queue.complete(batch, worker=self.owner)
+                del self._done[: len(batch)]
+                self._on_applied(batch, applied)
+            self._ready.clear()
+
+    def __repr__(self) -> str:
+        return f"Completer(owner={self.owner!r}, pending={len(self._done)})"
