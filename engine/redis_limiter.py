@@ -5,18 +5,32 @@ reservation reads, refills and debits every bucket of a send at once, on Redis's
 (``TIME`` inside the script; a clock stepped back mints nothing). Limits live in Redis too, so
 ``configure`` from any process reaches all of them. Fractions of a token leave Lua as strings.
 
-Keys, under ``prefix``: a tenant's and its pairs' buckets share the hash tag ``{t:TENANT}``, a
-provider's has ``{p:PROVIDER}``; there are also a set of configured buckets and a seed marker.
+Keys, under ``prefix``: one hash per bucket (limit, level and block: see
+``redis_lua/common.lua``), so a reservation over a send's buckets is one read and at most one
+write each. A tenant's and its pairs' buckets share the hash tag ``{t:TENANT}``, a provider's
+has ``{p:PROVIDER}``; there are also a set of configured buckets and a seed marker, whose
+absence tells a Redis that lost its data (restart, flush): every limit this process knows is
+then written back, empty, never full. Redis 7.0 has no expiry per field, so an idle bucket's
+level is not expired as it refills: the ``tokens`` and ``stamp`` fields stay until a write
+finds the bucket full and drops them. That costs two small fields per idle configured bucket
+(whose hash is kept for its limit anyway), not a key, and saves a command per write.
+
+This layout (``:v2`` marker and set) replaced three keys per bucket. On a Redis holding only
+the old one, buckets start empty (their old levels are not read), as after a loss; the old
+keys are left unused. Workers on the two layouts would enforce each limit apart, so all of
+them must be upgraded together.
+
 A send's script touches a tenant's and a provider's keys, which hash to different slots, so
 Redis Cluster refuses it (CROSSSLOT): a single node, or a primary behind Sentinel, is supported.
 
-When Redis is unreachable the limiter says so once, at WARNING, and falls back to an
-in-process ``LocalLimiter`` over the limits it remembers, each divided by ``fallback_workers()``
-(the live worker count, so all workers together stay near the shared limit) and starting
-empty. It probes Redis at most every ``probe_s`` and returns to it when it answers, pushing any
-limits configured in the meantime; the first process back holds every bucket empty for
-``probe_s``, while the others may still spend their local shares. Every process must use the
-same ``probe_s``. Driver errors never leave this class.
+When Redis is unreachable the limiter says so once, at WARNING, and falls back to a
+``LocalFallback`` (``engine/redis_fallback.py``): in process, each worker's share of every limit
+it remembers (divided by the live workers, or by more if Redis saw more reserving lately: a
+sorted set, ``:peers:v2``), starting empty. It probes Redis at most every ``probe_s`` and
+returns to it when it answers, pushing any limits configured in the meantime and draining every
+bucket it knows (Redis's levels refilled while the local shares were spent); the first process
+back holds them empty for ``probe_s``, while the others may still spend their local shares.
+Every process must use the same ``probe_s``. Driver errors never leave this class.
 
 A Redis that hangs (paused, or stuck on the network) rather than refusing counts as unreachable
 too: every command has ``call_timeout_s`` to answer, is not retried after a timeout, and then
@@ -29,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from importlib.resources import files
 from typing import Any, TypeVar, cast
@@ -44,7 +59,7 @@ from engine.clock import Clock
 from engine.domain import BucketKey, BucketLevel, BucketScope, Limit
 from engine.errors import ConfigError
 from engine.limiter import Reservation
-from engine.local_limiter import LocalLimiter
+from engine.redis_fallback import PEERS_S, Granted, LocalFallback
 
 __all__ = ["RedisLimiter"]
 
@@ -80,11 +95,6 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _share(limit: Limit, workers: int) -> Limit:
-    """One worker's part of ``limit`` when ``workers`` enforce it apart from each other."""
-    return Limit(limit.rate_per_s / workers, max(1.0, limit.burst / workers))
-
-
 class RedisLimiter:
     """A ``Limiter`` over Redis, for many processes; see the module docstring.
 
@@ -116,38 +126,35 @@ class RedisLimiter:
             self._client = client_or_url
             self._owns_client = False
         self._clock = clock
-        self._workers = fallback_workers or (lambda: 1)
         self._prefix = prefix
         self._probe_s = probe_s
         self._call_timeout_s = call_timeout_s
         self._scripts = {name: self._client.register_script(_lua(name)) for name in _SCRIPTS}
-        self._set_key = f"{prefix}:buckets"
-        self._marker_key = f"{prefix}:seeded"
+        self._set_key = f"{prefix}:buckets:v2"
+        self._marker_key = f"{prefix}:seeded:v2"
+        self._old_marker_key = f"{prefix}:seeded"  # the three-keys-per-bucket layout's
         self._rejoin_key = f"{prefix}:rejoined"  # set for probe_s by the first process back
-        self._names: dict[BucketKey, tuple[str, str, str]] = {}
-        self._limits: dict[BucketKey, Limit] = {}  # what this process configured, for the fallback
+        self._peers_key = f"{prefix}:peers:v2"
+        self._name = uuid.uuid4().hex  # this process's, among the peers
+        self._names: dict[BucketKey, str] = {}
+        self._fallback = LocalFallback(clock, fallback_workers or (lambda: 1))
         self._pending: dict[BucketKey, Limit | None] = {}  # configured while Redis was away
-        self._fallback: LocalLimiter | None = None
-        self._divisor = 1
         self._next_probe = 0.0
         self._seeding = asyncio.Lock()
         self._seen_marker = False  # after that, a missing marker means Redis lost its data
 
     @property
     def backend(self) -> str:
-        return "redis" if self._fallback is None else "local-fallback"
+        return "local-fallback" if self._fallback.active else "redis"
 
     @property
     def degraded(self) -> bool:
-        return self._fallback is not None
+        return self._fallback.active
 
     # -- the Limiter protocol ----------------------------------------------------------------
 
     async def configure(self, key: BucketKey, limit: Limit | None) -> None:
-        if limit is None:
-            self._limits.pop(key, None)
-        else:
-            self._limits[key] = limit
+        self._fallback.remember(key, limit)
         if await self._use_redis():
             try:
                 await self._configure(key, limit, fill="full")
@@ -155,32 +162,33 @@ class RedisLimiter:
             except _UNAVAILABLE as exc:
                 self._degrade(exc)
         self._pending[key] = limit
-        local = self._local()
-        share = None if limit is None else _share(limit, self._divisor)
-        local.configure_at(self._clock.monotonic(), key, share)
+        self._fallback.apply(key)
 
     async def reserve(self, keys: Sequence[BucketKey], n: int) -> Reservation:
         unique = tuple(dict.fromkeys(keys))
         if n <= 0:
             return Reservation(unique, 0)
         if await self._use_redis():
+            era = self._fallback.era  # Redis's, even if the answer comes after a fallback took over
             try:
-                return await self._reserve(unique, n)
+                return await self._reserve(unique, n, era)
             except _UNAVAILABLE as exc:
                 self._degrade(exc)
-        return self._local().reserve_at(self._clock.monotonic(), unique, n)
+        return self._fallback.reserve(unique, n)
 
     async def refund(self, reservation: Reservation, n: int) -> None:
+        """See ``Limiter.refund``; only to the backend that granted ``reservation`` (one made
+        elsewhere counts as the current one's), and only while it is in use."""
         n = min(n, reservation.granted)
-        if n <= 0:
+        if n <= 0 or not self._fallback.current(reservation):
+            return  # the tokens were never this backend's to have back
+        if self._fallback.active:
+            self._fallback.refund(reservation, n)
             return
-        if await self._use_redis():
-            try:
-                await self._script("refund", self._triples(reservation.keys), [n])
-                return
-            except _UNAVAILABLE as exc:
-                self._degrade(exc)
-        self._local().refund_at(self._clock.monotonic(), reservation, n)
+        try:
+            await self._script("refund", self._hashes(reservation.keys), [n])
+        except _UNAVAILABLE as exc:
+            self._degrade(exc)  # and the tokens stay out: they were Redis's, not the fallback's
 
     async def block(self, key: BucketKey, for_s: float) -> None:
         """See ``Limiter.block``. Raises ``ValueError`` when ``for_s`` is not finite."""
@@ -188,11 +196,11 @@ class RedisLimiter:
             raise ValueError(f"a block must last a finite number of seconds, not {for_s!r}.")
         if await self._use_redis():
             try:
-                await self._script("block", self._triples([key]), [repr(float(for_s))])
+                await self._script("block", self._hashes([key]), [repr(float(for_s))])
                 return
             except _UNAVAILABLE as exc:
                 self._degrade(exc)
-        self._local().block_at(self._clock.monotonic(), key, for_s)
+        self._fallback.block(key, for_s)
 
     async def levels(self) -> list[BucketLevel]:
         """Every bucket configured in Redis (by any process), sorted by key; while falling
@@ -202,7 +210,7 @@ class RedisLimiter:
                 return await self._levels()
             except _UNAVAILABLE as exc:
                 self._degrade(exc)
-        return self._local().levels_at(self._clock.monotonic())
+        return self._fallback.levels()
 
     async def aclose(self) -> None:
         """Close the client if this limiter made it."""
@@ -236,15 +244,14 @@ class RedisLimiter:
             return f"{self._prefix}:{{p:{provider}}}:provider"
         return f"{self._prefix}:{{t:{tenant}}}:pair:{provider}"
 
-    def _triples(self, keys: Sequence[BucketKey]) -> list[str]:
-        """The (limit, state, block) Redis keys of each bucket, flat, as the scripts take them."""
+    def _hashes(self, keys: Sequence[BucketKey]) -> list[str]:
+        """The Redis hash of each bucket, as the scripts take them."""
         names: list[str] = []
         for key in keys:
-            triple = self._names.get(key)
-            if triple is None:  # a few per tenant and provider: worth keeping, not re-quoting
-                base = self._base(key)
-                triple = self._names[key] = (f"{base}:limit", f"{base}:state", f"{base}:block")
-            names.extend(triple)
+            name = self._names.get(key)
+            if name is None:  # a few per tenant and provider: worth keeping, not re-quoting
+                name = self._names[key] = self._base(key)
+            names.append(name)
         return names
 
     @staticmethod
@@ -257,26 +264,27 @@ class RedisLimiter:
         return BucketKey(BucketScope(scope), unquote(tenant), unquote(provider))
 
     async def _configure(self, key: BucketKey, limit: Limit | None, *, fill: str) -> None:
-        base = self._base(key)
-        keys = [self._set_key, f"{base}:limit", f"{base}:state"]
+        keys = [self._set_key, *self._hashes([key]), self._marker_key, self._old_marker_key]
         if limit is None:
             args = [self._member(key), "", "", fill]
         else:
             args = [self._member(key), repr(limit.rate_per_s), repr(limit.burst), fill]
         await self._script("configure", keys, args)
 
-    async def _reserve(self, keys: tuple[BucketKey, ...], n: int) -> Reservation:
-        redis_keys = [self._marker_key, *self._triples(keys)]
+    async def _reserve(self, keys: tuple[BucketKey, ...], n: int, era: int) -> Reservation:
+        redis_keys = [self._marker_key, self._peers_key, *self._hashes(keys)]
+        args = [n, self._name, repr(PEERS_S)]
         granted, wait = -1, "0"
         for _ in range(2):
-            granted, wait = await self._script("reserve", redis_keys, [n])
+            granted, wait, peers = await self._script("reserve", redis_keys, args)
             if granted >= 0:
                 self._seen_marker = True
+                self._fallback.saw_peers(int(peers))
                 break
             await self._seed()
         granted = max(0, int(granted))
         wait_s = float(_text(wait))
-        return Reservation(keys, granted, math.inf if wait_s < 0 else wait_s)
+        return Granted(keys, granted, math.inf if wait_s < 0 else wait_s, era=era)
 
     async def _seed(self) -> None:
         """Write every limit this process knows (a bucket that was missing starts empty), then
@@ -289,9 +297,9 @@ class RedisLimiter:
                     "Redis at %s has lost the rate limits (restarted or flushed); restoring"
                     " the %d this process knows, empty.",
                     self._where(),
-                    len(self._limits),
+                    len(self._fallback.limits),
                 )
-            for key, limit in list(self._limits.items()):
+            for key, limit in list(self._fallback.limits.items()):
                 await self._configure(key, limit, fill="empty")
             await self._bounded(self._client.set(self._marker_key, "1"))
 
@@ -302,7 +310,7 @@ class RedisLimiter:
         keys = sorted(self._key(_text(member)) for member in members)
         if not keys:
             return []
-        rows = await self._script("levels", self._triples(keys))
+        rows = await self._script("levels", self._hashes(keys))
         levels = []
         for key, row in zip(keys, rows, strict=True):
             if row:
@@ -315,7 +323,7 @@ class RedisLimiter:
     async def _use_redis(self) -> bool:
         """True unless falling back; then True only for one probe every ``probe_s``, after
         Redis answered a PING and took the limits configured while it was away."""
-        if self._fallback is None:
+        if not self._fallback.active:
             return True
         now = self._clock.monotonic()
         if now < self._next_probe:
@@ -327,7 +335,7 @@ class RedisLimiter:
             for key, limit in list(self._pending.items()):
                 await self._configure(key, limit, fill="full")
                 self._pending.pop(key, None)
-            await self._hold_for_peers()
+            await self._rejoin()
         except _UNAVAILABLE as exc:
             log.debug("Redis at %s is still unavailable: %s", self._where(), exc)
             return False
@@ -335,51 +343,39 @@ class RedisLimiter:
             "Redis at %s answers again; rate limits are shared by all workers again.",
             self._where(),
         )
-        self._fallback = None
+        self._fallback.stop()
         return True
 
-    async def _hold_for_peers(self) -> None:
-        """Other workers keep spending their local shares until their own next probe, at most
+    async def _rejoin(self) -> None:
+        """Drain every bucket this process knows: Redis's level refilled (or was kept, by a
+        Redis that hung or that only this process lost) while the local share was spent.
+        Other workers keep spending their local shares until their own next probe, at most
         ``probe_s`` from now (every process uses the same ``probe_s``). So the first process
-        back holds every bucket it knows empty for ``probe_s`` (a ``block``): no window then
-        sees Redis's grants on top of a straggler's local ones."""
-        if max(1, self._workers()) == 1 or not self._limits:
+        back holds the buckets empty for ``probe_s`` (a ``block``): no window then sees Redis's
+        grants on top of a straggler's local ones."""
+        if not self._fallback.limits:
             return
-        hold_ms = max(1, math.ceil(self._probe_s * 1000))
-        if not await self._bounded(self._client.set(self._rejoin_key, "1", nx=True, px=hold_ms)):
-            return  # another process came back moments ago and holds them
-        for key in list(self._limits):
-            await self._script("block", self._triples([key]), [repr(self._probe_s)])
+        hold_s = 0.0
+        if self._fallback.sharing() > 1:
+            hold_ms = max(1, math.ceil(self._probe_s * 1000))
+            if await self._bounded(self._client.set(self._rejoin_key, "1", nx=True, px=hold_ms)):
+                hold_s = self._probe_s  # else another process came back moments ago: held
+        for key in list(self._fallback.limits):
+            await self._script("block", self._hashes([key]), [repr(hold_s)])
 
     def _degrade(self, exc: BaseException) -> None:
         self._next_probe = self._clock.monotonic() + self._probe_s
-        if self._fallback is not None:
+        if self._fallback.active:
             return
-        self._divisor = max(1, self._workers())
+        divisor = self._fallback.start()
         log.warning(
             "Redis at %s is unavailable (%s: %s); each worker now enforces 1/%d of every rate"
             " limit on its own until Redis answers again.",
             self._where(),
             type(exc).__name__,
             exc,
-            self._divisor,
+            divisor,
         )
-        self._fallback = LocalLimiter(self._clock)
-        now = self._clock.monotonic()
-        for key, limit in self._limits.items():
-            self._fallback.configure_at(now, key, _share(limit, self._divisor))
-            self._fallback.block_at(now, key, 0.0)  # empty: Redis may have just granted a burst
-
-    def _local(self) -> LocalLimiter:
-        """The fallback, its shares brought up to date with the live worker count."""
-        assert self._fallback is not None
-        workers = max(1, self._workers())
-        if workers != self._divisor:
-            self._divisor = workers
-            now = self._clock.monotonic()
-            for key, limit in self._limits.items():
-                self._fallback.configure_at(now, key, _share(limit, workers))
-        return self._fallback
 
     def _where(self) -> str:
         kwargs = self._client.connection_pool.connection_kwargs
@@ -390,5 +386,5 @@ class RedisLimiter:
     def __repr__(self) -> str:
         return (
             f"<RedisLimiter {self._where()} prefix={self._prefix!r} backend={self.backend}"
-            f" limits={len(self._limits)} pending={len(self._pending)}>"
+            f" limits={len(self._fallback.limits)} pending={len(self._pending)}>"
         )

@@ -351,3 +351,19 @@ async def test_what_is_granted_stays_inside_the_envelope(make_limiter: MakeLimit
     elapsed = time.monotonic() - start
     bound = 20 + 200 * elapsed + 1
     assert 0.8 * bound <= granted <= bound
+
+
+async def test_a_block_outlives_removing_and_adding_the_limit(limiter: Limiter) -> None:
+    await configured(limiter, {PROVIDER: Limit(4.0, 4.0)})
+    await limiter.block(PROVIDER, 0.4)
+    await limiter.configure(PROVIDER, None)  # removed: no bucket, but the key stays closed
+    assert await limiter.levels() == []
+    reservation = await limiter.reserve(SEND, 1)
+    assert reservation.granted == 0
+    assert reservation.wait_s == pytest.approx(0.4, abs=CLOSE)
+    await limiter.configure(PROVIDER, Limit(4.0, 4.0))  # added again: full, yet still closed
+    [level] = await limiter.levels()
+    assert level.blocked_for_s == pytest.approx(0.4, abs=CLOSE)
+    assert (await limiter.reserve(SEND, 1)).granted == 0
+    await asyncio.sleep(0.45)
+    assert (await limiter.reserve(SEND, 4)).granted == 4

@@ -9,7 +9,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -18,9 +18,11 @@ from redis.asyncio import Redis
 from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from engine.clock import SystemClock
+from engine.clock import FakeClock, SystemClock
 from engine.domain import BucketKey, Limit
+from engine.envelope import worst_span
 from engine.errors import ConfigError
+from engine.limiter import Reservation
 from engine.redis_limiter import RedisLimiter
 from tests.redis_server import RedisServer, redis_server_binary
 from tests.support import missing
@@ -61,7 +63,8 @@ async def make(prefix: str) -> AsyncIterator[Make]:
 
     async def build(url: str = REDIS_URL, **kwargs: Any) -> RedisLimiter:
         kwargs.setdefault("prefix", prefix)
-        limiter = RedisLimiter(url, clock=SystemClock(), **kwargs)
+        kwargs.setdefault("clock", SystemClock())
+        limiter = RedisLimiter(url, **kwargs)
         made.append(limiter)
         return limiter
 
@@ -74,7 +77,14 @@ async def keys_of(client: Redis, prefix: str) -> set[str]:
     return {key.decode() async for key in client.scan_iter(match=f"{prefix}:*")}
 
 
-async def test_keys_carry_one_hash_tag_per_tenant_and_per_provider(
+HASHES = {
+    TENANT: "{t:acme}:tenant",
+    PROVIDER: "{p:mailgun}:provider",
+    PAIR: "{t:acme}:pair:mailgun",
+}
+
+
+async def test_one_hash_per_bucket_with_one_hash_tag_per_tenant_and_per_provider(
     make: Make, client: Redis, prefix: str
 ) -> None:
     limiter = await make()
@@ -82,23 +92,41 @@ async def test_keys_carry_one_hash_tag_per_tenant_and_per_provider(
         await limiter.configure(key, Limit(1.0, 5.0))
     await limiter.reserve(SEND, 1)
     await limiter.block(PAIR, 5.0)
-    assert await keys_of(client, prefix) == {
-        f"{prefix}:buckets",
-        f"{prefix}:seeded",
-        *(f"{prefix}:{{t:acme}}:tenant:{part}" for part in ("limit", "state")),
-        *(f"{prefix}:{{t:acme}}:pair:mailgun:{part}" for part in ("limit", "state", "block")),
-        *(f"{prefix}:{{p:mailgun}}:provider:{part}" for part in ("limit", "state")),
+    await limiter.block(BucketKey.for_pair("acme", "other"), 5.0)  # unconfigured: closed only
+    names = {f"{prefix}:{name}" for name in HASHES.values()}
+    other = f"{prefix}:{{t:acme}}:pair:other"
+    assert set(await client.keys(f"{prefix}*")) == {
+        name.encode()
+        for name in {
+            f"{prefix}:buckets:v2",
+            f"{prefix}:seeded:v2",
+            f"{prefix}:peers:v2",  # who reserved lately: the share to fall back to
+            *names,
+            other,
+        }
     }
-    tenant_slot = key_slot(f"{prefix}:{{t:acme}}:tenant:limit".encode())
-    assert key_slot(f"{prefix}:{{t:acme}}:pair:mailgun:block".encode()) == tenant_slot
-    assert key_slot(f"{prefix}:{{p:mailgun}}:provider:limit".encode()) != tenant_slot
+    for name in names:
+        stored = await cast(Awaitable[dict[bytes, bytes]], client.hgetall(name))
+        assert {b"rate", b"burst", b"tokens", b"stamp"} <= set(stored)
+    pair = await cast(
+        Awaitable[list[bytes | None]], client.hmget(names_of(prefix, PAIR), "tokens", "block_until")
+    )
+    assert pair[0] == b"0" and pair[1] is not None
+    assert await cast(Awaitable[list[bytes]], client.hkeys(other)) == [b"block_until"]
+    tenant_slot = key_slot(names_of(prefix, TENANT).encode())
+    assert key_slot(names_of(prefix, PAIR).encode()) == tenant_slot
+    assert key_slot(names_of(prefix, PROVIDER).encode()) != tenant_slot
+
+
+def names_of(prefix: str, key: BucketKey) -> str:
+    return f"{prefix}:{HASHES[key]}"
 
 
 async def test_names_are_escaped_inside_the_tag(make: Make, client: Redis, prefix: str) -> None:
     odd = BucketKey.for_pair("a}b:c", "x{y")
     limiter = await make()
     await limiter.configure(odd, Limit(1.0, 2.0))
-    assert f"{prefix}:{{t:a%7Db%3Ac}}:pair:x%7By:limit" in await keys_of(client, prefix)
+    assert f"{prefix}:{{t:a%7Db%3Ac}}:pair:x%7By" in await keys_of(client, prefix)
     assert [level.key for level in await limiter.levels()] == [odd]
 
 
@@ -111,9 +139,7 @@ async def test_fractions_of_a_token_survive_the_round_trip(
     await asyncio.sleep(0.35)
     reservation = await limiter.reserve([TENANT], 5)  # about 1.4 there: 1 granted, 0.4 kept
     assert reservation.granted == 1
-    stored = await cast(
-        Awaitable[str | None], client.hget(f"{prefix}:{{t:acme}}:tenant:state", "tokens")
-    )
+    stored = await cast(Awaitable[str | None], client.hget(names_of(prefix, TENANT), "tokens"))
     assert stored is not None
     kept = float(stored)
     assert 0.3 < kept < 1  # the fraction was written, not truncated to 0
@@ -122,22 +148,36 @@ async def test_fractions_of_a_token_survive_the_round_trip(
     assert kept <= level.tokens < 1
 
 
-async def test_state_expires_when_the_bucket_would_be_full_and_limits_never(
+async def fields_of(client: Redis, name: str) -> set[str]:
+    return {field.decode() for field in await cast(Awaitable[list[bytes]], client.hkeys(name))}
+
+
+async def test_a_full_bucket_drops_its_level_and_only_a_bare_block_expires(
     make: Make, client: Redis, prefix: str
 ) -> None:
     limiter = await make()
+    tenant, pair = names_of(prefix, TENANT), names_of(prefix, PAIR)
     await limiter.configure(TENANT, Limit(10.0, 5.0))
+    assert await fields_of(client, tenant) == {"rate", "burst"}  # full: no level stored
     await limiter.reserve([TENANT], 5)
-    state, limit = (f"{prefix}:{{t:acme}}:tenant:{part}" for part in ("state", "limit"))
-    assert 250 < await client.pttl(state) <= 500  # 5 tokens at 10/s
-    assert await client.pttl(limit) == -1
-    await limiter.block(PAIR, 2.0)
-    assert 1750 < await client.pttl(f"{prefix}:{{t:acme}}:pair:mailgun:block") <= 2000
-    await limiter.block(TENANT, 1.0)
-    assert 1250 < await client.pttl(state) <= 1500  # held empty 1 s, then 0.5 s to refill
-    await limiter.configure(TENANT, Limit(1000.0, 5.0))
-    await asyncio.sleep(1.1)
-    assert await client.exists(state) == 0  # full again: nothing left to keep
+    assert await fields_of(client, tenant) == {"rate", "burst", "tokens", "stamp"}
+    await asyncio.sleep(0.6)  # full again (5 tokens at 10/s); the next write drops the level
+    await limiter.refund(await limiter.reserve([TENANT], 1), 1)
+    assert await fields_of(client, tenant) == {"rate", "burst"}
+    assert await client.pttl(tenant) == -1  # a limit never expires
+    await limiter.block(PAIR, 2.0)  # no limit: the hash holds the block and expires with it
+    assert await fields_of(client, pair) == {"block_until"}
+    assert 1750 < await client.pttl(pair) <= 2000
+    await limiter.configure(PAIR, Limit(1.0, 1.0))  # a limit now: kept past the block
+    assert await client.pttl(pair) == -1
+    await limiter.configure(PAIR, None)  # removed while blocked: the block stays, and expires
+    assert await fields_of(client, pair) == {"block_until"}
+    assert 1500 < await client.pttl(pair) <= 2000
+    other = BucketKey.for_pair("acme", "other")
+    await limiter.configure(other, Limit(1.0, 1.0))
+    await limiter.configure(other, None)  # not blocked: nothing left to keep
+    await limiter.block(other, 0.0)  # a block of no time on a key without a limit: no write
+    assert f"{prefix}:{{t:acme}}:pair:other" not in await keys_of(client, prefix)
 
 
 async def test_a_limit_set_by_one_process_is_seen_by_another(
@@ -182,6 +222,41 @@ async def test_lost_data_is_seeded_again_from_what_the_process_knows(
     assert reservation.granted == 0  # restored empty, not full, and not unlimited
     assert "lost the rate limits" in caplog.text
     assert [level.key for level in await limiter.levels()] == [TENANT]
+
+
+async def test_a_redis_holding_the_previous_layout_is_seeded_again_empty(
+    make: Make, client: Redis, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Workers upgraded onto a Redis with three keys per bucket (limit, state, block) and the
+    unversioned marker: those keys are left alone, and buckets start empty, never full."""
+    await client.set(f"{prefix}:seeded", "1")
+    await client.sadd(f"{prefix}:buckets", "tenant:acme:")
+    old_limit = f"{prefix}:{{t:acme}}:tenant:limit"
+    await client.hset(old_limit, items=["rate", "1", "burst", "5"])
+    before = await keys_of(client, prefix)
+    limiter = await make()
+    with caplog.at_level(logging.WARNING, logger="engine.redis_limiter"):
+        await limiter.configure(TENANT, Limit(1.0, 5.0))  # as a worker does when it starts
+        await limiter.configure(PROVIDER, Limit(1.0, 5.0))
+        reservation = await limiter.reserve(SEND, 5)
+    assert reservation.granted == 0
+    assert reservation.wait_s == pytest.approx(1.0, abs=0.1)
+    assert "lost the rate limits" not in caplog.text  # a first start, not a loss
+    assert await client.get(f"{prefix}:seeded:v2") is not None
+    assert before <= await keys_of(client, prefix)  # the old keys are not touched
+    assert [level.key for level in await limiter.levels()] == sorted([TENANT, PROVIDER])
+    await limiter.configure(PAIR, Limit(1.0, 5.0))  # seeded now: a new bucket starts full
+    assert (await limiter.reserve([PAIR], 5)).granted == 5
+
+
+async def test_a_fresh_redis_starts_full_without_warning(
+    make: Make, caplog: pytest.LogCaptureFixture
+) -> None:
+    limiter = await make()
+    with caplog.at_level(logging.WARNING, logger="engine.redis_limiter"):
+        await limiter.configure(TENANT, Limit(1.0, 5.0))
+        assert (await limiter.reserve(SEND, 5)).granted == 5
+    assert caplog.text == ""
 
 
 async def test_falls_back_to_a_share_of_each_limit_when_redis_is_unreachable(
@@ -233,9 +308,13 @@ async def test_returns_to_redis_when_it_answers_again(
         monkeypatch.undo()
         assert (await limiter.reserve([TENANT], 1)).granted == 0  # no probe due yet
         await asyncio.sleep(0.35)
-        assert (await limiter.reserve([TENANT], 5)).granted == 5  # Redis's bucket again
+        back = await limiter.reserve([TENANT], 5)  # Redis's bucket again, drained on return
     assert limiter.backend == "redis"
-    assert [level.key for level in await observer.levels()] == sorted([TENANT, PROVIDER])
+    assert back.granted == 0
+    assert back.wait_s == pytest.approx(1.0, abs=0.1)
+    levels = {level.key: level for level in await observer.levels()}
+    assert sorted(levels) == sorted([TENANT, PROVIDER])
+    assert levels[TENANT].tokens < 0.5  # the one bucket every process sees
     assert "is unavailable" in caplog.text
     assert "answers again" in caplog.text
 
@@ -301,7 +380,7 @@ async def test_a_redis_error_falls_back_instead_of_escaping(
     make: Make, client: Redis, prefix: str
 ) -> None:
     limiter = await make()
-    await client.set(f"{prefix}:{{t:acme}}:tenant:limit", "not a hash")
+    await client.set(names_of(prefix, TENANT), "not a hash")
     reservation = await limiter.reserve(SEND, 2)  # WRONGTYPE inside the script
     assert (reservation.granted, limiter.backend) == (2, "local-fallback")
 
@@ -317,3 +396,329 @@ async def test_repr_shows_where_and_how(make: Make, prefix: str) -> None:
     text = repr(limiter)
     assert text.startswith("<RedisLimiter ") and ":6379/0 " in text
     assert text.endswith(f" prefix={prefix!r} backend=redis limits=1 pending=0>")
+
+
+# -- a Redis outage: each worker's fallback starts on its share of every limit, empty ------------
+#
+# The fallback runs on a FakeClock, stepped by hand; Redis keeps its own time, which matters
+# only before the failure and after the return. What is asserted is one worker's share of the
+# envelope, over the grants from the failure on (``within_share``).
+
+LIMIT = Limit(100.0, 10.0)  # the report's tenant: 100/s, burst 10, two workers
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A private redis-server, for the tests that kill or pause it."""
+    if redis_server_binary() is None:
+        missing("redis-server is not on PATH")
+    with RedisServer(tmp_path / "redis") as private:
+        yield private
+
+
+@pytest.fixture
+async def on_server(server: RedisServer) -> AsyncIterator[Callable[..., RedisLimiter]]:
+    """RedisLimiters on the private server (one per 'process'), closed at the end."""
+    made: list[RedisLimiter] = []
+
+    def build(clock: FakeClock, **kwargs: Any) -> RedisLimiter:
+        made.append(RedisLimiter(server.url, clock=clock, **kwargs))
+        return made[-1]
+
+    yield build
+    for limiter in made:
+        await limiter.aclose()
+
+
+def kill(server: RedisServer) -> None:
+    """SIGKILL, as in the report: no goodbye to the clients, and its data gone."""
+    pid = server.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    server.stop()  # reaps it
+
+
+Grants = list[tuple[float, int]]
+
+
+def within_share(grants: Grants, limit: Limit, workers: int, failed_at: float) -> None:
+    """Assert that one worker's ``grants`` (time, tokens) from ``failed_at`` on hold to its share:
+    over any window of W seconds at most ``burst/workers + rate/workers * W + 1``, and, as its
+    fallback starts empty, at most ``rate/workers * (t - failed_at) + 1`` by any time t."""
+    rate, burst = limit.rate_per_s / workers, limit.burst / workers
+    worst = worst_span(grants, rate, burst, edges=1.0)
+    assert worst.holds, (
+        f"{worst.count:g} granted in the {worst.window_s:.3f} s from"
+        f" {worst.start - failed_at:.3f} s after the failure; a share of 1/{workers} allows"
+        f" {worst.allowed:g}"
+    )
+    taken = 0
+    for t, n in sorted(grants):
+        taken += n
+        assert taken <= rate * (t - failed_at) + 1 + 1e-9, (
+            f"{taken} granted by {t - failed_at:.3f} s after the failure: not empty at first"
+        )
+
+
+async def take(
+    limiter: RedisLimiter,
+    clock: FakeClock,
+    grants: Grants,
+    n: int,
+    keys: Sequence[BucketKey] = (TENANT,),
+) -> Reservation:
+    """One reservation of ``n``, noted in ``grants`` at the clock's time; returns it."""
+    reservation = await limiter.reserve(keys, n)
+    grants.append((clock.monotonic(), reservation.granted))
+    return reservation
+
+
+async def spend(
+    limiter: RedisLimiter, clock: FakeClock, for_s: float, step_s: float = 0.01
+) -> Grants:
+    """Reserve as a busy dispatcher does, every ``step_s`` for ``for_s``; the grants."""
+    grants: Grants = []
+    for _ in range(round(for_s / step_s)):
+        await take(limiter, clock, grants, 5)
+        clock.advance(step_s)
+    return grants
+
+
+async def test_the_fallback_shares_by_the_workers_redis_saw_when_the_count_is_stale(
+    server: RedisServer, on_server: Callable[..., RedisLimiter]
+) -> None:
+    """The report's runs: a worker that started first had not yet seen the other's heartbeat
+    (its live count said 1 for up to a heartbeat) and fell back to the whole limit, so the two
+    sent about 150/s. Both had just reserved through Redis, which saw two of them."""
+    clock = FakeClock()
+    first = on_server(clock, fallback_workers=lambda: 1)  # the heartbeat count, still stale
+    second = on_server(clock, fallback_workers=lambda: 2)
+    for limiter in (first, second):
+        await limiter.configure(TENANT, LIMIT)
+    for limiter in (second, first):
+        assert (await limiter.reserve([TENANT], 1)).granted == 1
+    kill(server)
+    failed_at = clock.monotonic()
+    grants = await spend(first, clock, 1.0)
+    assert first.degraded
+    within_share(grants, LIMIT, workers=2, failed_at=failed_at)
+    [level] = await first.levels()
+    assert (level.rate_per_s, level.burst) == (50.0, 5.0)
+
+
+@pytest.mark.parametrize("how", ["killed", "hung"])
+async def test_tokens_redis_granted_are_not_refunded_into_the_fallback(
+    server: RedisServer, on_server: Callable[..., RedisLimiter], how: str
+) -> None:
+    """The dispatcher's retake: reserve (Redis grants the burst), claim, then refund that and
+    reserve again. Redis goes away during the claim: the refund finds it gone, and those
+    tokens, Redis's, must not fill the new fallback."""
+    clock = FakeClock()
+    limiter = on_server(clock, fallback_workers=lambda: 2, call_timeout_s=0.2)
+    await limiter.configure(TENANT, LIMIT)
+    first = await limiter.reserve([TENANT], 10)
+    assert first.granted == 10
+    pid = server.pid
+    assert pid is not None
+    if how == "killed":
+        kill(server)
+    else:  # hung: commands time out, and run once it wakes up
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        failed_at = clock.monotonic()
+        await limiter.refund(first, first.granted)
+        assert limiter.degraded
+        grants: Grants = []
+        await take(limiter, clock, grants, 10)
+        clock.advance(0.1)
+        await take(limiter, clock, grants, 10)
+    finally:
+        if how == "hung":
+            os.kill(pid, signal.SIGCONT)
+    within_share(grants, LIMIT, workers=2, failed_at=failed_at)
+
+
+async def test_a_late_refund_of_redis_tokens_does_not_add_to_a_refilled_fallback(
+    server: RedisServer, on_server: Callable[..., RedisLimiter]
+) -> None:
+    clock = FakeClock()
+    limiter = on_server(clock, fallback_workers=lambda: 2)
+    await limiter.configure(TENANT, LIMIT)
+    first = await limiter.reserve([TENANT], 10)
+    kill(server)
+    failed_at = clock.monotonic()
+    grants: Grants = []
+    await take(limiter, clock, grants, 10)  # finds Redis gone: the fallback, empty
+    clock.advance(0.1)
+    await take(limiter, clock, grants, 10)  # its share refilled: 5
+    await limiter.refund(first, first.granted)
+    await take(limiter, clock, grants, 10)
+    within_share(grants, LIMIT, workers=2, failed_at=failed_at)
+
+
+async def test_a_reservation_redis_answers_after_the_fallback_took_over_is_redis_s(
+    server: RedisServer, on_server: Callable[..., RedisLimiter]
+) -> None:
+    """Two sends at once: Redis grants one (its answer still on the way) and dies, and the
+    other finds it gone and starts the fallback. The first reservation came from Redis all the
+    same: refunded, it must not fill the fallback either."""
+    clock = FakeClock()
+    limiter = on_server(clock, fallback_workers=lambda: 2)
+    await limiter.configure(TENANT, LIMIT)
+    await limiter.reserve([PAIR], 1)  # the first on a fresh Redis seeds it, in a second call
+    script = limiter._scripts["reserve"]
+    answered, deliver = asyncio.Event(), asyncio.Event()
+
+    async def slow_answer(**kwargs: Any) -> Any:
+        result = await script(**kwargs)
+        if not deliver.is_set():
+            answered.set()
+            await deliver.wait()
+        return result
+
+    limiter._scripts["reserve"] = cast(Any, slow_answer)
+    pending = asyncio.create_task(limiter.reserve([TENANT], 10))
+    await answered.wait()
+    kill(server)
+    failed_at = clock.monotonic()
+    grants: Grants = []
+    await take(limiter, clock, grants, 10)
+    assert limiter.degraded
+    deliver.set()
+    first = await pending
+    assert first.granted == 10
+    await limiter.refund(first, first.granted)
+    await take(limiter, clock, grants, 10)
+    within_share(grants, LIMIT, workers=2, failed_at=failed_at)
+
+
+@pytest.mark.parametrize("before", [None, Limit(100.0, 10.0)], ids=["new", "removed"])
+async def test_a_limit_configured_during_the_outage_starts_empty_in_the_fallback(
+    server: RedisServer, on_server: Callable[..., RedisLimiter], before: Limit | None
+) -> None:
+    """The directory configures a limit another process set (and may just have spent in Redis)
+    while this one falls back: a new bucket there starts empty, like those it had, and so does
+    one removed and added again."""
+    clock = FakeClock()
+    limiter = on_server(clock, fallback_workers=lambda: 2)
+    await limiter.configure(TENANT, LIMIT)
+    if before is not None:
+        await limiter.configure(PROVIDER, before)
+    kill(server)
+    failed_at = clock.monotonic()
+    await limiter.reserve([TENANT], 1)
+    assert limiter.degraded
+    if before is not None:
+        await limiter.configure(PROVIDER, None)
+    await limiter.configure(PROVIDER, LIMIT)
+    grants: Grants = []
+    await take(limiter, clock, grants, 5, keys=(PROVIDER,))
+    clock.advance(0.05)
+    await take(limiter, clock, grants, 5, keys=(PROVIDER,))
+    within_share(grants, LIMIT, workers=2, failed_at=failed_at)
+
+
+async def test_a_new_worker_count_during_the_outage_refills_nothing(
+    server: RedisServer, on_server: Callable[..., RedisLimiter]
+) -> None:
+    clock = FakeClock()
+    workers = 2
+    limiter = on_server(clock, fallback_workers=lambda: workers)
+    await limiter.configure(TENANT, LIMIT)
+    kill(server)
+    failed_at = clock.monotonic()
+    grants = await spend(limiter, clock, 0.5)
+    workers = 3  # the heartbeat count goes up: a smaller share, kept at its level
+    grants += await spend(limiter, clock, 0.2)
+    within_share(grants, LIMIT, workers=2, failed_at=failed_at)
+    [level] = await limiter.levels()
+    assert level.rate_per_s == pytest.approx(100.0 / 3)
+    assert level.tokens < 1.0
+
+
+def unreachable(monkeypatch: pytest.MonkeyPatch, limiter: RedisLimiter) -> None:
+    """This limiter's Redis refuses it from now on (``monkeypatch.undo`` to let it back); the
+    data stays, as across a network cut or a paused server."""
+
+    async def refused(*args: Any, **kwargs: Any) -> Any:
+        raise RedisConnectionError("connection refused (simulated)")
+
+    monkeypatch.setattr(limiter._client, "execute_command", refused)
+
+
+async def test_coming_back_does_not_grant_again_a_burst_spent_locally(
+    make: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Alone, with Redis cut off but keeping its data: its bucket refilled meanwhile, while the
+    fallback spent the same limit. Coming back must not add Redis's burst to the one just
+    spent; nor may a reservation of the fallback's be refunded into Redis."""
+    clock = FakeClock()
+    limit = Limit(10.0, 10.0)
+    limiter = await make(clock=clock, probe_s=2.0)
+    await limiter.configure(TENANT, limit)
+    unreachable(monkeypatch, limiter)
+    failed_at = clock.monotonic()
+    grants: Grants = []
+    await take(limiter, clock, grants, 10)
+    clock.advance(1.9)
+    spent_locally = await take(limiter, clock, grants, 10)  # the fallback's burst
+    assert spent_locally.granted == 10
+    monkeypatch.undo()
+    clock.advance(0.1)
+    await take(limiter, clock, grants, 10)  # the probe: Redis again
+    assert limiter.backend == "redis"
+    await limiter.refund(spent_locally, spent_locally.granted)
+    await take(limiter, clock, grants, 10)
+    within_share(grants, limit, workers=1, failed_at=failed_at)
+
+
+async def test_each_new_fallback_starts_empty_and_takes_no_refund_from_before(
+    make: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis flapping: away, back, away again. The second fallback starts empty too, and
+    neither the first fallback's reservations nor Redis's fill it."""
+    clock = FakeClock()
+    limiter = await make(clock=clock, probe_s=0.5, fallback_workers=lambda: 2)
+    await limiter.configure(TENANT, LIMIT)
+    unreachable(monkeypatch, limiter)
+    await limiter.reserve([TENANT], 1)
+    clock.advance(0.2)
+    local = await limiter.reserve([TENANT], 10)
+    assert local.granted == 5
+    monkeypatch.undo()
+    clock.advance(0.3)
+    from_redis = await limiter.reserve([TENANT], 1)
+    assert limiter.backend == "redis"
+    unreachable(monkeypatch, limiter)
+    failed_at = clock.monotonic()
+    grants: Grants = []
+    await take(limiter, clock, grants, 10)
+    assert limiter.degraded
+    await limiter.refund(local, local.granted)
+    await limiter.refund(from_redis, from_redis.granted)
+    await take(limiter, clock, grants, 10)
+    clock.advance(0.05)
+    await take(limiter, clock, grants, 10)
+    within_share(grants, LIMIT, workers=2, failed_at=failed_at)
+
+
+async def test_the_first_back_holds_the_buckets_when_redis_saw_others_though_its_count_is_stale(
+    make: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock()
+    stale = await make(clock=clock, probe_s=0.5, fallback_workers=lambda: 1)
+    other = await make(clock=clock, fallback_workers=lambda: 2)
+    for limiter in (stale, other):
+        await limiter.configure(TENANT, LIMIT)
+    for limiter in (other, stale):
+        await limiter.reserve([TENANT], 1)
+    unreachable(monkeypatch, stale)
+    await stale.reserve([TENANT], 1)
+    assert stale.degraded
+    monkeypatch.undo()
+    clock.advance(0.5)
+    await stale.reserve([TENANT], 1)
+    assert stale.backend == "redis"
+    [level] = await other.levels()
+    assert level.blocked_for_s > 0.3  # held for the other's local share, still being spent
+    assert (await other.reserve([TENANT], 1)).granted == 0

@@ -1,16 +1,19 @@
--- KEYS: one bucket's limit, state and block. ARGV: for_s (finite; <= 0 only drains).
+-- KEYS: one bucket. ARGV: for_s (finite; <= 0 only drains).
 -- Holds the key closed until now + for_s; a shorter block never cuts a longer one short.
--- A configured bucket is drained and stamped at the block's end: no refill before it.
+-- A configured bucket is drained and stamped at the block's end: no refill before it. An
+-- unconfigured key's hash holds only the block and expires with it.
 local now = now_s()
-local until_s = math.max(now, now + tonumber(ARGV[1]), tonumber(redis.call('GET', KEYS[3]) or '0'))
+local f = fields(KEYS[1])
+local until_s = math.max(now, now + tonumber(ARGV[1]), tonumber(f[5] or '0'))
 if until_s > now then
-  local ms = math.max(1, math.ceil((until_s - now) * 1000))
-  redis.call('SET', KEYS[3], str(until_s), 'PX', string.format('%d', ms))
+  redis.call('HSET', KEYS[1], 'block_until', str(until_s))
 end
-local b = load(KEYS[1], KEYS[2], now)
+local b = load(f, now)
 if b then
   b.tokens = 0
   b.stamp = math.max(b.stamp, until_s)
-  save(KEYS[2], b, now)
+  save(KEYS[1], b, now)
+elseif until_s > now then
+  redis.call('PEXPIRE', KEYS[1], ms(until_s - now))
 end
 return 0

@@ -1,8 +1,10 @@
--- Shared by every script (prepended to each). A bucket is three keys:
---   limit  a hash {rate, burst}, no expiry: the configuration every process reads;
---   state  a hash {tokens, stamp}: the level as of `stamp` (Redis seconds); missing = full.
---          It expires when the bucket would be full again, so idle buckets cost nothing;
---   block  the Redis time a provider's 429 holds the key closed until; expires then.
+-- Shared by every script (prepended to each). A bucket is ONE hash, its fields:
+--   rate, burst   the limit every process reads; absent = no limit (the key is unlimited);
+--   tokens, stamp the level as of `stamp` (Redis seconds); absent = full. Dropped (HDEL)
+--                 whenever a write finds the bucket full again;
+--   block_until   the Redis time a provider's 429 holds the key closed until; absent or past
+--                 = not blocked.
+-- A hash with a limit never expires; one holding only a block expires when the block ends.
 -- Numbers go into Redis and come back out as strings: a Lua number returned to the client
 -- is truncated to an integer, and fractions of a token matter.
 
@@ -23,17 +25,29 @@ local function str(x)
   return string.format('%.17g', x)
 end
 
+local function ms(seconds)
+  return string.format('%d', math.max(1, math.ceil(seconds * 1000)))
+end
+
+-- One read per bucket: {rate, burst, tokens, stamp, block_until} as stored (false = absent).
+local function fields(key)
+  return redis.call('HMGET', key, 'rate', 'burst', 'tokens', 'stamp', 'block_until')
+end
+
+-- Seconds the key is still blocked for, from what `fields` read.
+local function blocked_for(f, now)
+  return math.max(0, tonumber(f[5] or '0') - now)
+end
+
 -- The bucket refilled up to `now`, or nil when the key has no limit. Time going backwards
 -- (a stamp in the future: a block, or a Redis clock stepped back) adds nothing.
-local function load(limit_key, state_key, now)
-  local limit = redis.call('HMGET', limit_key, 'rate', 'burst')
-  if not limit[1] then
+local function load(f, now)
+  if not f[1] then
     return nil
   end
-  local b = {rate = tonumber(limit[1]), burst = tonumber(limit[2]), tokens = nil, stamp = now}
-  local state = redis.call('HMGET', state_key, 'tokens', 'stamp')
-  if state[1] then
-    b.tokens, b.stamp = tonumber(state[1]), tonumber(state[2])
+  local b = {rate = tonumber(f[1]), burst = tonumber(f[2]), tokens = nil, stamp = now}
+  if f[3] then
+    b.tokens, b.stamp = tonumber(f[3]), tonumber(f[4])
   else
     b.tokens = b.burst
   end
@@ -44,15 +58,14 @@ local function load(limit_key, state_key, now)
   return b
 end
 
--- Write the level back; it expires when the bucket would be full (never 0: at least 1 ms).
-local function save(state_key, b, now)
+-- Write the level back, or drop it when the bucket is full (nothing left to keep).
+local function save(key, b, now)
   local full_in_s = math.max(0, b.stamp - now) + (b.burst - b.tokens) / b.rate
   if full_in_s <= 0 then
-    redis.call('DEL', state_key)
+    redis.call('HDEL', key, 'tokens', 'stamp')
     return
   end
-  redis.call('HSET', state_key, 'tokens', str(b.tokens), 'stamp', str(b.stamp))
-  redis.call('PEXPIRE', state_key, string.format('%d', math.max(1, math.ceil(full_in_s * 1000))))
+  redis.call('HSET', key, 'tokens', str(b.tokens), 'stamp', str(b.stamp))
 end
 
 -- Seconds until one more token is there, or -1 for never (a burst below 1).
@@ -65,9 +78,4 @@ local function wait_one(b, now)
     return 0
   end
   return math.max(0, b.stamp - now) + missing / b.rate
-end
-
-local function blocked_for(block_key, now)
-  local until_s = tonumber(redis.call('GET', block_key) or '0')
-  return math.max(0, until_s - now)
 end

@@ -1,23 +1,39 @@
--- KEYS: the set of configured buckets, then the bucket's limit and state.
--- ARGV: the bucket's member name in the set, rate ('' removes the limit), burst, and
--- 'full' or 'empty': how a bucket that had no limit starts.
+-- KEYS: the set of configured buckets, the bucket, the seed marker, the previous layout's
+-- seed marker. ARGV: the bucket's member name in the set, rate ('' removes the limit),
+-- burst, and 'full' or 'empty': how a bucket that had no limit starts.
 -- A bucket that had one is brought up to date at the old rate, then takes the new rate and
 -- burst, its tokens clamped to the new burst. A removal keeps any block on the key.
+-- While only the previous layout's marker is there (workers just upgraded), a new bucket
+-- starts empty: its level in the old keys is unknown, so it may have just been spent.
 local now = now_s()
+local f = fields(KEYS[2])
 if ARGV[2] == '' then
-  redis.call('DEL', KEYS[2], KEYS[3])
+  local blocked = blocked_for(f, now)
+  if blocked > 0 then
+    redis.call('HDEL', KEYS[2], 'rate', 'burst', 'tokens', 'stamp')
+    redis.call('PEXPIRE', KEYS[2], ms(blocked))
+  else
+    redis.call('DEL', KEYS[2])
+  end
   redis.call('SREM', KEYS[1], ARGV[1])
   return 0
 end
 local rate, burst = tonumber(ARGV[2]), tonumber(ARGV[3])
-local old = load(KEYS[2], KEYS[3], now)
+local old = load(f, now)
 redis.call('HSET', KEYS[2], 'rate', ARGV[2], 'burst', ARGV[3])
 redis.call('SADD', KEYS[1], ARGV[1])
 if old then
-  save(KEYS[3], {rate = rate, burst = burst, tokens = math.min(old.tokens, burst), stamp = old.stamp}, now)
-elseif ARGV[4] == 'empty' then
-  save(KEYS[3], {rate = rate, burst = burst, tokens = 0, stamp = now}, now)
+  save(KEYS[2], {rate = rate, burst = burst, tokens = math.min(old.tokens, burst), stamp = old.stamp}, now)
+  return 1
+end
+redis.call('PERSIST', KEYS[2])  -- it may have held only a block, expiring with it
+local fill = ARGV[4]
+if fill == 'full' and redis.call('EXISTS', KEYS[3]) == 0 and redis.call('EXISTS', KEYS[4]) == 1 then
+  fill = 'empty'
+end
+if fill == 'empty' then
+  save(KEYS[2], {rate = rate, burst = burst, tokens = 0, stamp = now}, now)
 else
-  redis.call('DEL', KEYS[3])
+  redis.call('HDEL', KEYS[2], 'tokens', 'stamp')
 end
 return 1

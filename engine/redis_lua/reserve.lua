@@ -1,19 +1,28 @@
--- KEYS: the seed marker, then (limit, state, block) for each bucket of a send.
--- ARGV: n, the tokens asked for (> 0).
--- Returns {granted, wait_s} with wait_s a string ('-1' for never), or {-1, '0'} when the
--- marker is gone: Redis lost its data (restart, flush) and the caller must seed it again.
+-- KEYS: the seed marker, the set of processes that reserved lately, then each bucket of a send.
+-- ARGV: n, the tokens asked for (> 0); this process's name in that set; how many seconds a
+-- process stays in it after its last reservation.
+-- Returns {granted, wait_s, processes}: wait_s a string ('-1' for never), processes how many
+-- reserved within that time, this one included (the share each falls back to if Redis goes
+-- away). Or {-1, '0', 0} when the marker is gone: Redis lost its data (restart, flush) and the
+-- caller must seed it again.
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  return {-1, '0'}
+  return {-1, '0', 0}
 end
 local n = tonumber(ARGV[1])
 local now = now_s()
-local buckets, blocked, granted = {}, 0, n
-for i = 2, #KEYS, 3 do
-  blocked = math.max(blocked, blocked_for(KEYS[i + 2], now))
-  local b = load(KEYS[i], KEYS[i + 1], now)
+local seen_s = tonumber(ARGV[3])
+redis.call('ZADD', KEYS[2], str(now), ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. str(now - seen_s))
+redis.call('PEXPIRE', KEYS[2], ms(seen_s))
+local processes = redis.call('ZCARD', KEYS[2])
+local buckets, keys, blocked, granted = {}, {}, 0, n
+for i = 3, #KEYS do
+  local f = fields(KEYS[i])
+  blocked = math.max(blocked, blocked_for(f, now))
+  local b = load(f, now)
   if b then
-    b.key = KEYS[i + 1]
     buckets[#buckets + 1] = b
+    keys[#buckets] = KEYS[i]
     granted = math.min(granted, whole(b.tokens))
   end
 end
@@ -21,20 +30,20 @@ if blocked > 0 then
   granted = 0
 end
 if granted > 0 then
-  for _, b in ipairs(buckets) do
+  for i, b in ipairs(buckets) do
     b.tokens = b.tokens - granted
-    save(b.key, b, now)
+    save(keys[i], b, now)
   end
 end
 if granted == n then
-  return {granted, '0'}
+  return {granted, '0', processes}
 end
 local wait = blocked
 for _, b in ipairs(buckets) do
   local w = wait_one(b, now)
   if w < 0 then
-    return {granted, '-1'}
+    return {granted, '-1', processes}
   end
   wait = math.max(wait, w)
 end
-return {granted, str(wait)}
+return {granted, str(wait), processes}
