@@ -5,8 +5,9 @@
 
 Runs the demo on a temporary store: the console's own engine dispatches two bursts (a ramp
 through ``sms-sim`` and a spike through the flakier ``email-sim``) while the script waits,
-then captures every tab (the store after one "prune now"), and the dashboard once more in the
-dark palette. ``--only store`` writes just ``store.png``, and so on.
+then captures every tab (the store after one "prune now"; the simulator once more in its
+what-if mode with a plan of proposed limits), and the dashboard once more in the dark
+palette. ``--only store`` writes just ``store.png``, and so on.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from PySide6.QtWidgets import QApplication
 from app.console import application, run_on_qt_loop
 from app.demo import DEMO_TENANTS, seed_demo
 from app.wiring import build_engine, build_store
-from engine import Pattern, SecretBox
+from engine import BucketKey, Pattern, SecretBox
 from ui import Bridge, MainWindow, hush_offscreen_noise
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,6 +40,31 @@ async def settle(seconds: float = 0.4) -> None:
     """Let Qt lay out and paint by yielding to the loop (never ``processEvents`` inside a
     coroutine: it would run other tasks' steps inside this one)."""
     await asyncio.sleep(seconds)
+
+
+async def plan_what_if(window: MainWindow) -> None:
+    """Propose a faster ``sms-sim`` and a looser ``umbrella``, plan a ramp with both."""
+    sim = window.simulator
+    sim.modes.setCurrentWidget(sim.whatif)
+    sim.provider.setCurrentText("sms-sim")
+    sim.pattern.setCurrentIndex(sim.pattern.findData(Pattern.RAMP.value))
+    sim.count.setValue(400)
+    sim.duration.setValue(6)
+    whatif, model = sim.whatif, sim.whatif.model
+    for key, rate, burst in (
+        (BucketKey.for_provider("sms-sim"), "120", "60"),
+        (BucketKey.for_tenant("umbrella"), "30", ""),
+    ):
+        row = [r.key for r in whatif.state.rows].index(key)
+        model.setData(model.index(row, model.RATE), rate)
+        model.setData(model.index(row, model.BURST), burst)
+    done = asyncio.Event()
+    window.bridge.planned.connect(lambda _report: done.set())
+    window.bridge.plan_failed.connect(lambda _sentence: done.set())
+    whatif.plan_burst()
+    await done.wait()
+    if whatif.state.shown is None:
+        raise SystemExit(f"the what-if plan failed: {whatif.message.text()}")
 
 
 async def tour(window: MainWindow, save: Callable[[str], Awaitable[None]]) -> None:
@@ -52,6 +78,9 @@ async def tour(window: MainWindow, save: Callable[[str], Awaitable[None]]) -> No
     await save("providers")
     window.tabs.setCurrentWidget(window.simulator)
     await save("simulator")
+    await plan_what_if(window)
+    await save("whatif")
+    window.simulator.modes.setCurrentIndex(0)
     window.tabs.setCurrentWidget(window.queue_view)
     await asyncio.sleep(0.5)
     await save("queue")

@@ -13,7 +13,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, cast
 
 import qasync
@@ -23,11 +23,13 @@ from engine import (
     Engine,
     EngineState,
     Limit,
+    LimitChange,
     NotificationState,
     OmniPostError,
     Outcome,
     Pattern,
     SimulationProgress,
+    Traffic,
     format_age,
     mask,
 )
@@ -65,6 +67,9 @@ class Bridge(Sampler):
     pruned = Signal(object)  # PruneReport of this console's "prune now"
     test_sent = Signal(str)
     notice = Signal(str)
+    planned = Signal(object)  # PlanReport of ``plan``
+    limits_applied = Signal(object)  # tuple[LimitChange, ...] that ``apply_limits`` applied
+    plan_failed = Signal(str)  # why ``plan`` or ``apply_limits`` failed, one sentence
 
     def __init__(
         self,
@@ -324,6 +329,63 @@ class Bridge(Sampler):
             with contextlib.suppress(asyncio.CancelledError, OmniPostError):
                 await task
             self._show_burst(self._burst.stopped())
+
+    # -- what-if planning -------------------------------------------------------------------
+
+    @command
+    async def plan(
+        self,
+        traffic: Traffic,
+        changes: Sequence[LimitChange] = (),
+        concurrency: int | None = None,
+    ) -> None:
+        """Plan ``traffic`` with the limits in force and, when ``changes`` or a
+        ``concurrency`` are given, with them: the engine plans on a thread of its own, so the
+        console keeps running. The report arrives on ``planned``."""
+        with self._telling_failure():
+            report = await self._engine.plan(traffic, changes=changes, concurrency=concurrency)
+        self.planned.emit(report)
+
+    @command
+    async def apply_limits(self, changes: Sequence[LimitChange]) -> None:
+        """Apply each change live through the same engine calls as the tenants and providers
+        views, so the store and the audit log record each one. Every name is checked first:
+        a change to a tenant or provider that is gone applies none of them."""
+        engine = self._engine
+        with self._telling_failure():
+            await engine.check_names(
+                tenants=[c.key.tenant for c in changes if c.key.tenant],
+                providers=[c.key.provider for c in changes if c.key.provider],
+            )
+            limits = await engine.limits()
+            try:
+                for change in changes:
+                    await self._apply(change, change.limit(limits.get(change.key)))
+            finally:
+                await self._reloaded("tenants", "providers", "limits")
+        self.limits_applied.emit(tuple(changes))
+        self.notice.emit(f"applied {', '.join(str(c) for c in changes)}")
+
+    async def _apply(self, change: LimitChange, limit: Limit | None) -> None:
+        key = change.key
+        if key.tenant and key.provider:
+            await self._engine.set_pair_limit(key.tenant, key.provider, limit)
+        elif key.tenant:
+            await self._engine.update_tenant(key.tenant, limit=limit)
+        else:
+            await self._engine.update_provider(key.provider, limit=limit)
+
+    @contextlib.contextmanager
+    def _telling_failure(self) -> Iterator[None]:
+        """Say on ``plan_failed`` why the block failed (``command`` reports it as well)."""
+        try:
+            yield
+        except OmniPostError as exc:
+            self.plan_failed.emit(exc.message)
+            raise
+        except Exception as exc:
+            self.plan_failed.emit(f"it failed unexpectedly ({type(exc).__name__}); see the log.")
+            raise
 
     # -- closing ---------------------------------------------------------------------------
 

@@ -276,6 +276,7 @@ class MainWindow(QMainWindow):
         assert isinstance(app, QApplication)
         self.theme = apply_theme(app, dark)
         self.dashboard.apply_theme(self.theme)
+        self.simulator.apply_theme(self.theme)
         return self.theme
 
     # -- settings and window state ---------------------------------------------------------

@@ -1,5 +1,6 @@
 """The burst simulator: enqueue a pattern of notifications and watch it drain, with the time
-the configured rates predict beside the time it took."""
+the configured rates predict beside the time it took; or, in its what-if mode
+(``ui.views.whatif``), plan the same burst with proposed limits beside the current ones."""
 
 from __future__ import annotations
 
@@ -16,14 +17,17 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QSpinBox,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
-from engine import Pattern, ProviderRecord, TenantRecord
+from engine import BurstTraffic, Pattern, ProviderRecord, TenantRecord
 from ui.bridge import Bridge
 from ui.fmt import fmt_duration
 from ui.simulation import SimulationStatus
+from ui.theme import Theme
+from ui.views.whatif import WhatIfPanel
 
 __all__ = ["SimulatorView"]
 
@@ -47,6 +51,7 @@ class SimulatorView(QWidget):
     def _build(self) -> None:
         self.tenants = QListWidget()
         self.tenants.setToolTip("Each ticked tenant gets the whole count.")
+        self.tenants.setMaximumHeight(120)  # the modes below need the height more
         self.provider = QComboBox()
         self.pattern = QComboBox()
         for pattern in Pattern:
@@ -60,20 +65,11 @@ class SimulatorView(QWidget):
         self.duration.setRange(0, 3600)
         self.duration.setValue(10)
         self.duration.setSuffix(" s")
-        self.start_button = QPushButton("Start burst")
-        self.start_button.clicked.connect(self.start)
-        self.stop_button = QPushButton("Stop enqueueing")
-        self.stop_button.setEnabled(False)
-        self.stop_button.clicked.connect(self.bridge.stop_simulation)
         form = QFormLayout()
         form.addRow("Provider", self.provider)
         form.addRow("Pattern", self.pattern)
         form.addRow("Count", self.count)
         form.addRow("Duration", self.duration)
-        buttons = QHBoxLayout()
-        buttons.addWidget(self.start_button)
-        buttons.addWidget(self.stop_button)
-        form.addRow(buttons)
         setup = QGroupBox("Burst")
         setup_layout = QHBoxLayout(setup)
         tenants = QVBoxLayout()
@@ -81,18 +77,47 @@ class SimulatorView(QWidget):
         tenants.addWidget(self.tenants)
         setup_layout.addLayout(tenants, 1)
         setup_layout.addLayout(form, 2)
+        self.whatif = WhatIfPanel(self.bridge, self.burst_traffic)
+        for signal in (
+            self.tenants.itemChanged,
+            self.provider.currentIndexChanged,
+            self.pattern.currentIndexChanged,
+            self.count.valueChanged,
+            self.duration.valueChanged,
+        ):
+            signal.connect(self.whatif.inputs_changed)
+        self.modes = QTabWidget()
+        self.modes.addTab(self._live(), "Live burst")
+        self.modes.addTab(self.whatif, "What if…")
+        layout = QVBoxLayout(self)
+        layout.addWidget(setup)
+        layout.addWidget(self.modes, 1)
+        self._pattern_changed()
+
+    def _live(self) -> QWidget:
+        self.start_button = QPushButton("Start burst")
+        self.start_button.clicked.connect(self.start)
+        self.stop_button = QPushButton("Stop enqueueing")
+        self.stop_button.setEnabled(False)
+        self.stop_button.clicked.connect(self.bridge.stop_simulation)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.start_button)
+        buttons.addWidget(self.stop_button)
+        buttons.addStretch(1)
         note = QLabel(
             "The prediction assumes full buckets at the start and counts neither provider "
             "latency nor concurrency, so the actual time is usually a little longer. Watch the "
-            "gauges and queues move on the dashboard."
+            "gauges and queues move on the dashboard. The what-if mode plans the same burst "
+            "with the dispatcher itself, without sending anything."
         )
         note.setWordWrap(True)
-        layout = QVBoxLayout(self)
-        layout.addWidget(setup)
+        live = QWidget()
+        layout = QVBoxLayout(live)
+        layout.addLayout(buttons)
         layout.addWidget(self._outcome_box())
         layout.addWidget(note)
         layout.addStretch(1)
-        self._pattern_changed()
+        return live
 
     def _outcome_box(self) -> QGroupBox:
         self.progress = QProgressBar()
@@ -138,6 +163,19 @@ class SimulatorView(QWidget):
         self.provider.addItems([p.name for p in providers])
         if current:
             self.provider.setCurrentText(current)
+
+    def apply_theme(self, theme: Theme) -> None:
+        self.whatif.apply_theme(theme)
+
+    def burst_traffic(self) -> BurstTraffic:
+        """The burst the inputs describe, for planning."""
+        return BurstTraffic(
+            tuple(self.selected_tenants()),
+            self.provider.currentText(),
+            self.count.value(),
+            Pattern(self.pattern.currentData()),
+            self.duration.value() if self.duration.isEnabled() else 0.0,
+        )
 
     def selected_tenants(self) -> list[str]:
         items = (self.tenants.item(i) for i in range(self.tenants.count()))
