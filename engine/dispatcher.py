@@ -209,12 +209,13 @@ class Dispatcher:
         held_pairs: set[Key] = set()
         not_before = self._not_before
         for key in round_robin(keys, self._last):
-            if key[1] in held_providers or key[0] in held_tenants or key in held_pairs:
-                continue
             until = not_before.get(key)
             if until is not None and until > mono:
                 # Its buckets said when they grant again; asking sooner gets nothing.
-                wait_s = min(wait_s, until - mono)
+                if until - mono < wait_s:
+                    wait_s = until - mono
+                continue
+            if key[1] in held_providers or key[0] in held_tenants or key in held_pairs:
                 continue
             free = self.concurrency - self._work.qsize() - self._busy
             if free <= 0:

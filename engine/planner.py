@@ -124,25 +124,34 @@ class PlanSetup:
 
 
 class PacingLimiter(LocalLimiter):
-    """A ``LocalLimiter`` that also counts, per tenant, which bucket held each reservation
-    short: the one that would take longest to grant one more token (or a blocked one)."""
+    """A ``LocalLimiter`` that also counts which buckets held each reservation short, per
+    tenant; ``held_by`` then names, per tenant, the one that held it most often (of several
+    empty at once, the slowest to refill)."""
 
     def __init__(self, clock: Clock) -> None:
         super().__init__(clock)
-        self.short: dict[str, dict[str, int]] = {}
+        self._short: dict[tuple[str, tuple[BucketKey, ...]], int] = {}
 
     def reserve_at(self, now: float, keys: Sequence[BucketKey], n: int) -> Reservation:
         got = super().reserve_at(now, keys, n)
         if got.held_by:
-            held_by = str(max(got.held_by, key=lambda key: self._wait_s(now, key)))
-            counts = self.short.setdefault(got.keys[0].tenant, {})
-            counts[held_by] = counts.get(held_by, 0) + 1
+            seen = (got.keys[0].tenant, got.held_by)  # for_send puts the tenant's key first
+            self._short[seen] = self._short.get(seen, 0) + 1
         return got
 
-    def _wait_s(self, now: float, key: BucketKey) -> float:
-        bucket = self._buckets.get(key)
-        wait_s = bucket.wait_s(now, 1.0) if bucket is not None else 0.0
-        return max(wait_s, self._blocked_for(now, key))
+    def held_by(self, limits: Mapping[BucketKey, Limit]) -> dict[str, dict[str, int]]:
+        """Per tenant name, how often each bucket (by name) held its reservations short."""
+        found: dict[str, dict[str, int]] = {}
+        for (tenant, held), count in self._short.items():
+            slowest = min(held, key=lambda key: _rate(limits, key))
+            counts = found.setdefault(tenant, {})
+            counts[str(slowest)] = counts.get(str(slowest), 0) + count
+        return found
+
+
+def _rate(limits: Mapping[BucketKey, Limit], key: BucketKey) -> float:
+    limit = limits.get(key)
+    return limit.rate_per_s if limit is not None else 0.0  # a block: no refill at all
 
 
 def run_plan(
@@ -202,7 +211,7 @@ async def _simulate(
         task.cancel()
     await asyncio.gather(*side, return_exceptions=True)
     await directory.aclose()
-    return ledger, limiter.short, end_s
+    return ledger, limiter.held_by(directory.limits), end_s
 
 
 def _simulated(models: Mapping[str, ProviderModel], clock: Clock, seed: int) -> ProviderFactory:

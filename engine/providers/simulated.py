@@ -102,6 +102,11 @@ class SimulatedProvider:
             seed=opts.integer("seed"),
         )
 
+    @property
+    def max_latency_s(self) -> float:
+        """The longest a send can take: ``send_within`` need not time it."""
+        return max(0.0, self.latency_ms + self.latency_jitter_ms) / 1000.0
+
     def draw_latency_s(self) -> float:
         """One latency in seconds: uniform over ``latency_ms ± latency_jitter_ms``, at least 0."""
         jitter = self.latency_jitter_ms
