@@ -16,14 +16,27 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from app import docs
-from app.commands import configure, keys, queue, retention, run, stats
-from app.commands.configure import KEEP, Keep, LimitChange
+from app.commands import configure, keys, plan, queue, retention, run, stats
+from app.commands.configure import KEEP, Keep
 from app.config import Paths, load_box
 from app.metrics import metrics_address
 from app.output import RETENTION_WINDOWS
 from app.parser import EXIT_USAGE, build_parser, one_line
 from app.session import Context, store_url
-from engine import ConfigError, Conflict, Limit, NotFound, OmniPostError, Pattern, parse_rate
+from engine import (
+    BacklogTraffic,
+    BurstTraffic,
+    ConfigError,
+    Conflict,
+    Limit,
+    LimitChange,
+    NotFound,
+    OmniPostError,
+    Pattern,
+    ReplayTraffic,
+    Traffic,
+    parse_rate,
+)
 
 __all__ = ["build_parser", "main"]
 
@@ -32,7 +45,7 @@ EXIT_FAILURE = 1
 Command = Callable[[argparse.Namespace, Context], Coroutine[Any, Any, int]]
 
 
-def _limit_change(a: argparse.Namespace) -> LimitChange:
+def _limit_change(a: argparse.Namespace) -> configure.LimitChange:
     """The limit ``--rate``/``--burst`` ask for, None for ``--unlimited`` or ``--clear``,
     KEEP when no limit flag was given."""
     if getattr(a, "unlimited", False) or getattr(a, "clear", False):
@@ -136,6 +149,40 @@ def _simulate(a: argparse.Namespace, ctx: Context) -> Coroutine[Any, Any, int]:
     )
 
 
+def _plan(a: argparse.Namespace, ctx: Context) -> Coroutine[Any, Any, int]:
+    changes = tuple(LimitChange.parse(text) for text in a.set)
+    return plan.plan(
+        ctx, _plan_traffic(a), changes=changes, concurrency=a.concurrency, as_json=a.json
+    )
+
+
+def _plan_traffic(a: argparse.Namespace) -> Traffic:
+    """The one traffic ``plan`` was given: a burst, ``--backlog`` or ``--replay``."""
+    burst = a.tenant is not None
+    if burst + a.backlog + (a.replay is not None) != 1:
+        raise ConfigError(
+            "give one traffic to plan: TENANT[,TENANT...] PROVIDER --count N, "
+            "--backlog, or --replay HOURS."
+        )
+    if a.speed is not None and a.replay is None:
+        raise ConfigError("--speed goes with --replay HOURS.")
+    if not burst:
+        if a.count is not None or a.pattern is not None or a.duration is not None:
+            raise ConfigError(
+                "--count, --pattern and --duration shape a burst; not with --backlog or --replay."
+            )
+        if a.backlog:
+            return BacklogTraffic()
+        return ReplayTraffic(a.replay, 1.0 if a.speed is None else a.speed)
+    if a.provider is None or a.count is None:
+        raise ConfigError("a burst to plan needs TENANT[,TENANT...] PROVIDER --count N.")
+    tenants = tuple(t.strip() for t in a.tenant.split(",") if t.strip())
+    if not tenants:
+        raise ConfigError("name at least one tenant.")
+    pattern = Pattern(a.pattern) if a.pattern is not None else Pattern.SPIKE
+    return BurstTraffic(tenants, a.provider, a.count, pattern, a.duration or 0.0)
+
+
 def _retention_set(a: argparse.Namespace, ctx: Context) -> Coroutine[Any, Any, int]:
     ages = {field: getattr(a, field) for _, field, _ in RETENTION_WINDOWS if field in a}
     if not ages:
@@ -163,6 +210,7 @@ _COMMANDS: dict[str, Command] = {
     "worker": _worker,
     "simulate": _simulate,
     "demo": lambda a, ctx: run.demo(ctx, a.count),
+    "plan": _plan,
     "stats": lambda a, ctx: stats.stats(ctx, redis_url=a.redis, as_json=a.json),
     "dead list": lambda a, ctx: queue.dead_list(ctx, a.tenant, as_json=a.json),
     "dead retry": _dead_repair(retry=True),

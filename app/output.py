@@ -5,6 +5,7 @@ masked values."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -14,6 +15,8 @@ from engine import Retention, format_age
 __all__ = [
     "RETENTION_WINDOWS",
     "fmt_bytes",
+    "fmt_change",
+    "fmt_duration",
     "fmt_retention",
     "print_json",
     "print_table",
@@ -66,3 +69,35 @@ def fmt_bytes(count: int) -> str:
             break
         value, unit = value / 1024, bigger
     return f"{count} B" if unit == "B" else f"{value:.1f} {unit}"
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """``850ms``, ``12.3s``, ``4m05s``, ``2h03m``, ``3d04h``; ``-`` for None."""
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    if seconds < 0:
+        return f"-{fmt_duration(-seconds)}"
+    if round(seconds * 1000) < 1000:
+        return f"{seconds * 1000:.0f}ms"
+    if round(seconds, 1) < 60:
+        return f"{seconds:.1f}s"
+    whole = round(seconds)
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    minutes = round(seconds / 60)
+    if minutes < 24 * 60:
+        return f"{minutes // 60}h{minutes % 60:02d}m"
+    hours = round(seconds / 3600)
+    return f"{hours // 24}d{hours % 24:02d}h"
+
+
+def fmt_change(before_s: float | None, after_s: float | None) -> str:
+    """How a duration changed: ``-2.4s (-49%)``, ``+12.3s``; ``-`` when either is unknown."""
+    if before_s is None or after_s is None:
+        return "-"
+    delta = after_s - before_s
+    if fmt_duration(abs(delta)) in ("0ms", "0.0s"):
+        return "no change"
+    sign = "+" if delta > 0 else "-"
+    text = f"{sign}{fmt_duration(abs(delta))}"
+    return f"{text} ({delta / before_s:+.0%})" if before_s > 0 else text

@@ -74,6 +74,14 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text[:40]!r}") from None
 
 
+def _number(text: str) -> float:
+    """Any number; what it may be is checked where it is used."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text[:40]!r}") from None
+
+
 def _seconds(text: str, *, zero_ok: bool = False) -> float:
     try:
         value = float(text)
@@ -168,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
 
     _run_parsers(sub, common)
+    _plan_parser(sub, common)
     _dead_parsers(sub, common)
     _retention_parsers(sub, common)
     _keys_parsers(sub, common)
@@ -285,6 +294,44 @@ def _run_parsers(sub: Any, common: _Parser) -> None:
     p = sub.add_parser("stats", parents=[common], help="queue depth, throughput, workers, limits")
     p.add_argument("--json", action="store_true")
     _redis_arg(p)
+
+
+_PLAN_HELP = """\
+Play traffic in virtual time through the real dispatcher against the limits in force and,
+with --set or --concurrency, proposed ones. Nothing is sent or written. One traffic:
+  omnipost plan TENANT[,TENANT...] PROVIDER --count N   a burst, as `simulate` enqueues it
+  omnipost plan --backlog                               what is queued now
+  omnipost plan --replay HOURS [--speed K]              the enqueues of the last HOURS
+"""
+
+
+def _plan_parser(sub: Any, common: _Parser) -> None:
+    p = sub.add_parser(
+        "plan",
+        parents=[common],
+        help="what if: a burst, the backlog or recent traffic against current and proposed "
+        "limits, in virtual time",
+        description=_PLAN_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("tenant", nargs="?", help="a tenant, or several separated by commas")
+    p.add_argument("provider", nargs="?")
+    p.add_argument("--count", type=_positive_int, help="notifications per tenant in a burst")
+    p.add_argument("--pattern", choices=[x.value for x in Pattern], help="default: spike")
+    p.add_argument("--duration", type=_seconds_or_zero, help="seconds a burst arrives over")
+    p.add_argument("--backlog", action="store_true", help="plan what is queued now")
+    p.add_argument("--replay", type=_number, metavar="HOURS", help="the last HOURS' enqueues")
+    p.add_argument("--speed", type=_number, metavar="K", help="replay K times faster")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="CHANGE",
+        help="a proposed limit: tenant:NAME=RATE[:BURST], provider:NAME=..., "
+        "pair:TENANT/PROVIDER=...; RATE none removes it",
+    )
+    p.add_argument("--concurrency", type=_positive_int, help="a proposed total concurrency")
+    p.add_argument("--json", action="store_true")
 
 
 def _limit_args(p: argparse.ArgumentParser) -> None:

@@ -212,8 +212,7 @@ class Dispatcher:
             until = not_before.get(key)
             if until is not None and until > mono:
                 # Its buckets said when they grant again; asking sooner gets nothing.
-                if until - mono < wait_s:
-                    wait_s = until - mono
+                wait_s = min(wait_s, until - mono)
                 continue
             if key[1] in held_providers or key[0] in held_tenants or key in held_pairs:
                 continue

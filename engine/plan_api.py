@@ -98,9 +98,11 @@ class PlanApi(EngineParts):
         since = self.clock.wall() - traffic.hours * 3600.0
         rows = await self.store.queue.enqueues_since(since, MAX_PLANNED + 1)
         _check_size(len(rows), f"the last {traffic.hours:g}h")
+        # The replay starts with the window's first enqueue, not at its edge.
+        first = rows[0].enqueued_at if rows else since
         return [
             Arrival(
-                (r.enqueued_at - since) / traffic.speed, r.tenant_id, r.provider_id, 1, r.priority
+                (r.enqueued_at - first) / traffic.speed, r.tenant_id, r.provider_id, 1, r.priority
             )
             for r in rows
         ]

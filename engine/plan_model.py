@@ -27,6 +27,7 @@ __all__ = [
     "Traffic",
 ]
 
+_MAX_HOURS = 366 * 24
 _CHANGE = re.compile(r"^(tenant|provider|pair):([^=]+)=(.*)$")
 _SPELLING = (
     "write tenant:NAME=RATE[:BURST], provider:NAME=RATE[:BURST] or "
@@ -133,16 +134,19 @@ class BacklogTraffic:
 
 @dataclass(frozen=True, slots=True)
 class ReplayTraffic:
-    """The enqueues of the last ``hours``, replayed at ``speed`` times their pace."""
+    """The enqueues of the last ``hours`` (at most a year), replayed from the first of them at
+    ``speed`` times their pace."""
 
     hours: float
     speed: float = 1.0
 
     def __post_init__(self) -> None:
-        if not math.isfinite(self.hours) or self.hours <= 0:
-            raise ConfigError(f"replay hours must be above 0, not {self.hours:g}.")
-        if not math.isfinite(self.speed) or self.speed <= 0:
-            raise ConfigError(f"replay speed must be above 0, not {self.speed:g}.")
+        if not math.isfinite(self.hours) or not 0 < self.hours <= _MAX_HOURS:
+            raise ConfigError(
+                f"replay hours must be above 0 and at most {_MAX_HOURS:,}, not {self.hours:g}."
+            )
+        if not math.isfinite(self.speed) or not 1e-3 <= self.speed <= 1e6:
+            raise ConfigError(f"replay speed must be from 0.001 to 1000000, not {self.speed:g}.")
 
     def __str__(self) -> str:
         return f"the enqueues of the last {self.hours:g}h at {self.speed:g}x"

@@ -40,6 +40,7 @@ __all__ = ["DEFAULT_HORIZON_S", "Arrival", "PlanSetup", "run_plan"]
 
 DEFAULT_HORIZON_S = 7 * 86_400.0  # a plan stops after a week of virtual time
 _SERIES_POINTS = 240  # points of each tenant's depth curve
+_IDLE_POLL_S = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +182,9 @@ async def _simulate(
     factory = _simulated(setup.models, clock, seed)
     directory = Directory(store, limiter, dict.fromkeys(kinds, factory))
     await directory.refresh()
+    # No other process enqueues or changes limits during a plan, and every arrival wakes the
+    # dispatcher: it need not poll, which through an idle day would cost a wake-up a second.
+    settings = dataclasses.replace(setup.dispatch, poll_s=_IDLE_POLL_S)
     dispatcher = Dispatcher(
         store,
         limiter,
@@ -188,7 +192,7 @@ async def _simulate(
         Telemetry(clock),
         clock,
         owner="planner",
-        settings=setup.dispatch,
+        settings=settings,
         rng=random.Random(seed),
     )
     running = asyncio.Event()

@@ -86,9 +86,9 @@ async def test_a_replay_keeps_the_enqueues_spacing_at_its_speed(store: Store) ->
         await engine.close()
     acme = as_it_was.current.tenant("acme")
     assert acme.notifications == 15
-    # The hour started 3,600 s ago; the last five came 60 s ago, 3,540 s into it.
-    assert acme.drain_s == pytest.approx(3540.0, abs=0.05)
-    assert faster.current.tenant("acme").drain_s == pytest.approx(354.0, abs=0.05)
+    # The replay starts with the hour's first enqueue; the last five came 600 s after it.
+    assert acme.drain_s == pytest.approx(600.0, abs=0.05)
+    assert faster.current.tenant("acme").drain_s == pytest.approx(60.0, abs=0.05)
 
 
 async def test_real_providers_are_modelled_on_their_recent_sends(
@@ -126,5 +126,9 @@ async def test_a_plan_refuses_what_it_cannot_plan(make_engine: EngineFactory) ->
         await engine.plan(BurstTraffic(("acme",), "sim", 0))
     with pytest.raises(ConfigError, match="more than 2,000,000"):
         await engine.plan(BurstTraffic(("acme",), "sim", 2_000_001))
-    with pytest.raises(ConfigError, match="replay hours must be above 0, not -3"):
+    with pytest.raises(ConfigError, match="replay hours must be above 0 and at most 8,784, not -3"):
         ReplayTraffic(-3)
+    with pytest.raises(ConfigError, match="not 1e"):
+        ReplayTraffic(1e300)
+    with pytest.raises(ConfigError, match=r"replay speed must be from 0\.001"):
+        ReplayTraffic(1, speed=1e-300)
