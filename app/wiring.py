@@ -42,8 +42,10 @@ def build_engine(
             raise ConfigError(
                 "--redis needs the redis package: pip install 'omnipost[redis]'."
             ) from exc
-        # When Redis is down each worker falls back to its share of every limit: the limit
-        # divided by the live workers the engine counts from heartbeats.
+        # When Redis is down each worker falls back to its share of every limit, every bucket
+        # empty: the limit divided by the live workers the engine counts from heartbeats, or
+        # by the processes Redis saw reserving in the last 10 s when that is more
+        # (engine/redis_fallback.py).
         limiter = RedisLimiter(
             redis_url, clock=clock, fallback_workers=lambda: built[0].live_workers if built else 1
         )

@@ -1,9 +1,10 @@
 """What-if planning: the real dispatcher, run in virtual time over an in-memory queue.
 
 ``run_plan`` builds what an engine builds (a ``Directory``, a ``LocalLimiter`` over the
-limits, a ``Dispatcher`` with the engine's settings) on a ``FakeClock`` that jumps whenever
-every task waits, over ``engine.plan_store``'s queue, with each provider replaced by a
-``SimulatedProvider`` that answers as its ``ProviderModel`` says. Arrivals are fed at their
+limits, a ``Dispatcher`` with the engine's settings) on ``engine.virtual_loop``'s loop, whose
+clock jumps to the next timer whenever every task waits, over ``engine.plan_store``'s queue,
+with each provider replaced by a ``SimulatedProvider`` that answers as its ``ProviderModel``
+says. Arrivals are fed at their
 virtual instants; the plan ends when every one is delivered or dead (or at the horizon).
 Nothing here touches a real store or provider, and when the dispatcher's policy changes the
 plans change with it: there is no second model of it to keep in step.
