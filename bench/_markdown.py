@@ -59,6 +59,7 @@ def render(
         fairness=section("fairness", sections.fairness),
         scale=section("scale_queue", sections.scale),
         deep=section("deep_store", sections.deep),
+        plan=section("plan", sections.plan),
         micro=sections.micro(data.get("bucket"), data.get("redis_limiter")),
     )
     return reflow(page)

@@ -380,6 +380,28 @@ def deep(d: Data) -> Context:
     }
 
 
+# -- what-if planning -----------------------------------------------------------------------
+
+
+def _plan_row(r: Data) -> list[str]:
+    wall, cpu = r["wall_s"], r["cpu_s"]
+    return [
+        f"{r['count']:,}",
+        f"**{n(wall['median'], 2)}** ({n(wall['min'], 2)} - {n(wall['max'], 2)})",
+        n(cpu["median"], 2),
+        n(r["predicted_drain_s"]),
+        f"{n(r['drain_over_wall'])}x",
+        n(r["planned_per_s"]),
+        n(r["peak_rss_mib"]),
+    ]
+
+
+def plan(d: Data) -> Context:
+    """Rows: notifications, wall s (median, min - max), CPU s, predicted drain s, drain over
+    planning time, planned per s, peak RSS MiB. ``largest``: the biggest size's figures."""
+    return {**d, "rows": [_plan_row(r) for r in d["sizes"]], "largest": d["sizes"][-1]}
+
+
 # -- 7. micro-benchmarks --------------------------------------------------------------------
 
 

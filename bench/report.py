@@ -48,6 +48,7 @@ BENCHES: dict[str, tuple[str, list[str], bool]] = {
     "deep_store": ("deep_store.py", ["--runs", "3"], True),
     "bucket": ("bucket.py", ["--number", "300000"], False),
     "redis_limiter": ("redis_limiter.py", [], False),
+    "plan": ("plan.py", [], True),
 }
 # --quick: the same code paths in well under a minute, for checking the scripts, not numbers.
 QUICK: dict[str, list[str]] = {
@@ -59,6 +60,7 @@ QUICK: dict[str, list[str]] = {
     "deep_store": ["--history", "20000", "--backlog", "20000", "--count", "1000", "--runs", "1"],
     "bucket": ["--number", "10000", "--repeat", "1"],
     "redis_limiter": ["--seconds", "0.2", "--repeat", "1"],
+    "plan": ["--quick"],
 }
 COLORS = {"omnipost": "#2b6cb0", "omnipost_wide": "#63b3ed", "procrastinate": "#dd6b20"}
 COLORS |= {"ceiling": "#718096", "local": "#2b6cb0", "redis": "#c53030"}
