@@ -1,15 +1,18 @@
 """A plan against the real run it predicts, on SQLite and on Postgres.
 
-The burst: three tenants with different limits behind one shared provider limit, through a
-simulated provider with 20 ms of latency and a 2% chance of a throttle that holds the provider
-for 0.3 s. The plan is made first (nothing is sent or written), then the same burst runs for
-real on the real clock, and each tenant's drain time and p95 wait must be within 10% of the
-plan's.
+The burst: three tenants with different limits (40, 20 and 10 per second) and different counts,
+behind one provider limit they share (50/s, less than they ask for together), through a
+simulated provider with 20 ms of latency and a 1% chance of a throttle that holds the provider
+for 0.1 s. The burst is enqueued, the backlog planned (nothing is sent or written), then the
+same notifications run for real on the real clock; each tenant's drain time and p95 wait (both
+from the start, when everything was queued) must be within 10% of the plan's.
 
-Why 10% is a fair bound: three real runs of this burst on one machine (quiet) drained within
-1-4% of each other (tenant b, the noisiest: 8.72, 9.03 and 9.11 s) and the plan fell within
-2-8% of each; the throttles are the main source of noise, since which send is throttled
-depends on the order the sends finish in, and every throttle holds the whole provider.
+Why 10% is a fair bound, from runs of this burst on this machine (quiet): real runs drained
+within 0.5% of each other on both stores (tenant b: 8.42 to 8.51 s), and the plan was within
+1.5% of them for tenants a and c and 7-8% for tenant b, the one whose share of the provider
+depends most on how the round-robin meets the buckets' refills. Across throttle seeds the plan
+itself moves by up to 8% (b), so 10% is the run-to-run noise of the thing being predicted, not
+slack in the planner.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import pytest
 
 from engine import (
     BUILTIN_KINDS,
-    BurstTraffic,
+    BacklogTraffic,
     DispatcherSettings,
     Engine,
     EngineSettings,
@@ -29,11 +32,13 @@ from engine import (
     SystemClock,
 )
 from engine.telemetry import percentile
+from tests.support import enqueue_numbered
 
 pytestmark = pytest.mark.slow
 
-TENANTS = {"a": Limit(60, 10), "b": Limit(30, 5), "c": Limit(15, 5)}
-COUNT = 150
+BURST = {"a": (Limit(40, 10), 240), "b": (Limit(20, 5), 120), "c": (Limit(10, 5), 60)}
+PROVIDER = Limit(50, 10)
+OPTIONS = {"latency_ms": "20", "throttle_rate": "0.01", "retry_after_s": "0.1", "seed": "7"}
 TOLERANCE = 0.10
 
 
@@ -42,29 +47,28 @@ async def test_a_plan_predicts_the_real_drain_and_wait_of_each_tenant(store: Sto
     engine = Engine(store, LocalLimiter(SystemClock()), BUILTIN_KINDS, settings=settings)
     await engine.open()
     try:
-        for name, limit in TENANTS.items():
+        await engine.add_provider("sim", "simulated", PROVIDER, OPTIONS)
+        for name, (limit, count) in BURST.items():
             await engine.add_tenant(name, limit)
-        options = {"latency_ms": "20", "throttle_rate": "0.02", "retry_after_s": "0.3", "seed": "7"}
-        await engine.add_provider("sim", "simulated", Limit(80, 10), options)
-        report = await engine.plan(BurstTraffic(tuple(TENANTS), "sim", COUNT))
-        assert await store.queue.backlog() == {}  # the plan enqueued nothing
+            await enqueue_numbered(engine, name, "sim", count)
+        queued = await store.queue.backlog()
+        report = await engine.plan(BacklogTraffic())
+        assert await store.queue.backlog() == queued  # the plan took nothing
 
         await engine.start()
         started = engine.clock.wall()
-        await engine.simulate(list(TENANTS), "sim", COUNT)
         assert await engine.run_until_empty(timeout_s=120)
-        for name in TENANTS:
-            log = await engine.deliveries(name, limit=10 * COUNT)
-            delivered = [e for e in log if e.outcome is Outcome.DELIVERED]
-            assert len(delivered) == COUNT
-            real_drain_s = max(e.ts for e in delivered) - started
-            real_p95_s = percentile(sorted(e.latency_s or 0.0 for e in delivered), 95)
+        for name, (_, count) in BURST.items():
+            log = await engine.deliveries(name, limit=10 * count)
+            sent_at = sorted(e.ts - started for e in log if e.outcome is Outcome.DELIVERED)
+            assert len(sent_at) == count
+            real_p95_s = percentile(sent_at, 95)
             planned = report.current.tenant(name)
             assert planned.drain_s is not None and planned.wait_p95_s is not None
             assert real_p95_s is not None
             what = f"{name}: planned {planned.drain_s:.2f}s, p95 {planned.wait_p95_s:.2f}s; "
-            what += f"real {real_drain_s:.2f}s, p95 {real_p95_s:.2f}s"
-            assert planned.drain_s == pytest.approx(real_drain_s, rel=TOLERANCE), what
+            what += f"real {sent_at[-1]:.2f}s, p95 {real_p95_s:.2f}s"
+            assert planned.drain_s == pytest.approx(sent_at[-1], rel=TOLERANCE), what
             assert planned.wait_p95_s == pytest.approx(real_p95_s, rel=TOLERANCE), what
     finally:
         await engine.close()
