@@ -145,7 +145,12 @@ def _outcomes(snap: Snapshot) -> Iterator[Metric]:
         "Expired leases (of any worker) this worker returned to the queue.",
         value=snap.totals.reaped,
     )
-    yield from (takeovers, reaped)
+    stale = CounterMetricFamily(
+        "omnipost_stale_tokens",
+        "Tokens taken again because the process was held up too long before their send.",
+        value=snap.totals.stale_tokens,
+    )
+    yield from (takeovers, reaped, stale)
 
 
 def _queue(snap: Snapshot) -> Iterator[Metric]:

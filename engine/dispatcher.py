@@ -24,16 +24,17 @@ import logging
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from typing import TypeVar
 
 from engine.circuit import Circuits
 from engine.clock import Clock
 from engine.completer import Completer
 from engine.directory import Directory
+from engine.dispatch_settings import DispatcherSettings
 from engine.domain import BucketKey, BucketScope, Message, NotificationState, SendResult
 from engine.errors import OmniPostError
 from engine.limiter import Limiter, Reservation
-from engine.policy import STORE_OUTAGE, RetryPolicy, decide, round_robin
+from engine.policy import STORE_OUTAGE, decide, round_robin
 from engine.ports import DispatchStore
 from engine.providers.base import send_within
 from engine.store import Completion, DueKey, Leased
@@ -44,19 +45,7 @@ __all__ = ["Dispatcher", "DispatcherSettings"]
 log = logging.getLogger(__name__)
 
 Key = tuple[int, int]  # (tenant id, provider id)
-
-
-@dataclass(frozen=True, slots=True)
-class DispatcherSettings:
-    concurrency: int = 16
-    batch: int = 32  # most leases taken for one key in one visit
-    lease_s: float = 30.0
-    poll_s: float = 0.5  # longest sleep without a wake-up
-    send_timeout_s: float = 60.0  # a provider call longer than this is a transient failure
-    stop_timeout_s: float = 10.0  # in-flight sends get this long to finish on stop
-    completion_batch: int = 256
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    health_refresh_s: float = 2.0  # how often the providers' circuits are read from the store
+_T = TypeVar("_T")
 
 
 class Dispatcher:
@@ -83,12 +72,15 @@ class Dispatcher:
         self.settings = settings
         self.concurrency = settings.concurrency
         self._rng = rng or random.Random()
-        self._work: asyncio.Queue[Leased | None] = asyncio.Queue()  # None: a worker exits
+        # A lease and when its token was taken; None: a worker exits.
+        self._work: asyncio.Queue[tuple[Leased, float] | None] = asyncio.Queue()
         self._busy = 0
         self._wake = asyncio.Event()
         self._due: dict[Key, DueKey] = {}
         self._keys: list[Key] | None = None  # the keys of _due with work, sorted; None: stale
         self._starved = False  # the last round stopped for want of a free sender
+        # With leases waiting (prefetch), a round waits for this much room before claiming.
+        self._min_claim = max(1, settings.batch // 2) if settings.prefetch else 1
         self._due_stale = True
         self._refreshed_at = -1e9
         self._next_due_at = math.inf  # wall time when delayed work (a retry) falls due
@@ -216,8 +208,9 @@ class Dispatcher:
                 continue
             if key[1] in held_providers or key[0] in held_tenants or key in held_pairs:
                 continue
-            free = self.concurrency - self._work.qsize() - self._busy
-            if free <= 0:
+            waiting = self._work.qsize()
+            free = self.concurrency + self.settings.prefetch - waiting - self._busy
+            if free <= 0 or (waiting and free < self._min_claim):
                 self._starved = True  # a send that ends wakes the loop
                 return wait_s if not progressed else 0.0
             blocked_s = self.circuits.blocked_for_s(key[1], now)
@@ -269,7 +262,7 @@ class Dispatcher:
             lease_s=self.settings.lease_s,
             now=self._clock.wall(),
         )
-        leased = await self._retake(buckets, reservation, claimed, reserved_at)
+        leased, taken_at = await self._retake(buckets, reservation, claimed, reserved_at)
         if probing:
             await self.circuits.probing(provider_id, leased)
         left = due.due - len(leased) if len(leased) == reservation.granted else 0
@@ -279,7 +272,7 @@ class Dispatcher:
             self._keys = None
         self._last = key
         for item in leased:
-            self._work.put_nowait(item)
+            self._work.put_nowait((item, taken_at))
         return len(leased), 0.0 if left else self.settings.poll_s, held
 
     async def _retake(
@@ -288,28 +281,30 @@ class Dispatcher:
         reservation: Reservation,
         claimed: list[Leased],
         reserved_at: float,
-    ) -> list[Leased]:
-        """Take the tokens again now that the leases are in hand, and return the leases that
-        got one (the others are released). The first reservation only says how many to lease;
-        the sends go out after the claim, and claims take a varying time, so tokens debited
-        before a slow claim would let its sends bunch up with the next quick claim's and
-        exceed the envelope. Debited here, the bucket paces the sends themselves."""
+    ) -> tuple[list[Leased], float]:
+        """Take the tokens again now that the leases are in hand; returns the leases that got
+        one (the others are released) and when those tokens were taken (at the earliest). The
+        first reservation only says how many to lease; the sends go out after the claim, and
+        claims take a varying time, so tokens debited before a slow claim would let its sends
+        bunch up with the next quick claim's and exceed the envelope. Debited here, the bucket
+        paces the sends themselves."""
         if self._clock.monotonic() == reserved_at:
             # No time passed (a store that answers at once, as the planner's): the tokens
             # taken are the ones a retake would take; only the unused ones go back.
             if len(claimed) < reservation.granted:
                 await self._limiter.refund(reservation, reservation.granted - len(claimed))
                 self._not_before.clear()
-            return claimed
+            return claimed, reserved_at
         await self._limiter.refund(reservation, reservation.granted)
         if len(claimed) < reservation.granted:
             self._not_before.clear()  # tokens went back that other keys may take now
+        taken_at = self._clock.monotonic()  # the earliest the tokens can be taken
         if not claimed:
-            return claimed
+            return claimed, taken_at
         now = await self._limiter.reserve(buckets, len(claimed))
         if now.granted < len(claimed):  # another worker or a block took them meanwhile
             await self._store.queue.release(self.owner, claimed[now.granted :])
-        return claimed[: now.granted]
+        return claimed[: now.granted], taken_at
 
     async def _sleep(self, wait_s: float) -> None:
         if self.on_wait is not None:
@@ -320,12 +315,13 @@ class Dispatcher:
 
     async def _deliver_loop(self, index: int) -> None:
         while index < self.concurrency:
-            item = await self._work.get()
-            if item is None:
+            entry = await self._work.get()
+            if entry is None:
                 return
+            item, taken_at = entry
             self._busy += 1
             try:
-                await self._deliver(item)
+                await self._deliver(item, taken_at)
             except asyncio.CancelledError:
                 self._cancelled.append(item)
                 raise
@@ -334,7 +330,7 @@ class Dispatcher:
                 if self._starved:  # a round waits for this sender
                     self._wake.set()
 
-    async def _deliver(self, item: Leased) -> None:
+    async def _deliver(self, item: Leased, taken_at: float) -> None:
         tenant = self._dir.tenants.get(item.tenant_id)
         record = self._dir.providers.get(item.provider_id)
         provider = self._dir.instances.get(item.provider_id)
@@ -351,6 +347,8 @@ class Dispatcher:
                 attempt=item.attempt,
                 delivery_attempt=item.failures + 1,
             )
+            if self._clock.monotonic() - taken_at > self.settings.token_lag_s:
+                await self._fresh_token(_send_keys(tenant.name, record.name))
             started_s = self._clock.monotonic()
             result = await send_within(provider, message, self._clock, self.settings.send_timeout_s)
             send_s = self._clock.monotonic() - started_s
@@ -371,6 +369,15 @@ class Dispatcher:
             # Every sender of this provider backs off, not only this notification.
             await self._limiter.block(BucketKey.for_provider(record.name), decision.throttle_s)
         self._completer.finished(item, result, decision, send_s, now=self._clock.wall())
+
+    async def _fresh_token(self, buckets: Sequence[BucketKey]) -> None:
+        """Take a token for a send whose own is stale, waiting for one if need be. The stale
+        one is not given back: it was due long ago, and spending it now would add a send to
+        a window that already had its share (another process may have used the tokens that
+        fell due meanwhile). So the lag between a token and its send stays bounded."""
+        self._telemetry.count("stale_tokens")
+        while not (got := await self._limiter.reserve(buckets, 1)).granted:
+            await self._clock.sleep(min(max(got.wait_s, 0.001), self.settings.poll_s))
 
     # -- completions ------------------------------------------------------------------------
 
@@ -398,7 +405,7 @@ class Dispatcher:
 
     async def drain(self) -> None:
         """After ``stop_claiming``: return unsent leases, let sends finish, write outcomes."""
-        unsent = [item for item in _take_all(self._work) if item is not None]
+        unsent = [entry[0] for entry in _take_all(self._work) if entry is not None]
         busy = [t for t in self._workers if not t.done()]
         for _ in busy:
             self._work.put_nowait(None)
@@ -433,8 +440,8 @@ def _send_keys(tenant: str, provider: str) -> tuple[BucketKey, BucketKey, Bucket
     return BucketKey.for_send(tenant, provider)
 
 
-def _take_all(queue: asyncio.Queue[Leased | None]) -> list[Leased | None]:
-    items = []
+def _take_all(queue: asyncio.Queue[_T]) -> list[_T]:
+    items: list[_T] = []
     while not queue.empty():
         items.append(queue.get_nowait())
     return items

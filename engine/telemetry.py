@@ -55,6 +55,7 @@ class Counters:
     takeovers: int = 0  # completions refused because the lease had moved on
     held: int = 0  # sends the provider could not take (unavailable): queued again, unspent
     reaped: int = 0
+    stale_tokens: int = 0  # tokens older than ``token_lag_s`` at their send: taken again
 
 
 @dataclass(frozen=True, slots=True)

@@ -105,7 +105,9 @@ def known_snapshot(ts: float = 1_000.0) -> Snapshot:
             TenantDepth("acme", 7, 2, 40, 1, oldest_queued_age_s=12.5),
             TenantDepth("globex", 0, 0, 3, 0, oldest_queued_age_s=None),
         ),
-        totals=Counters(delivered=43, throttled=2, failed=1, dead=1, takeovers=4, reaped=5),
+        totals=Counters(
+            delivered=43, throttled=2, failed=1, dead=1, takeovers=4, reaped=5, stale_tokens=6
+        ),
         delivered_per_s=1.0,
         throttled_per_s=0.0,
         failed_per_s=0.0,
@@ -139,6 +141,7 @@ EXPECTED: list[tuple[str, frozenset[tuple[str, str]], float]] = [
     ("omnipost_notifications_dead_total", labels(tenant="globex", provider="mail"), 0),
     ("omnipost_lease_takeovers_total", labels(), 4),
     ("omnipost_leases_reaped_total", labels(), 5),
+    ("omnipost_stale_tokens_total", labels(), 6),
     ("omnipost_queue_depth", labels(tenant="acme", state="queued"), 7),
     ("omnipost_queue_depth", labels(tenant="acme", state="leased"), 2),
     ("omnipost_queue_depth", labels(tenant="acme", state="delivered"), 40),

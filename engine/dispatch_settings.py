@@ -1,0 +1,29 @@
+"""The dispatcher's settings: how many sends at once, how much per claim, and its timings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.policy import RetryPolicy
+
+__all__ = ["DispatcherSettings"]
+
+
+@dataclass(frozen=True, slots=True)
+class DispatcherSettings:
+    concurrency: int = 16
+    batch: int = 32  # most leases taken for one key in one visit
+    lease_s: float = 30.0
+    poll_s: float = 0.5  # longest sleep without a wake-up
+    send_timeout_s: float = 60.0  # a provider call longer than this is a transient failure
+    stop_timeout_s: float = 10.0  # in-flight sends get this long to finish on stop
+    completion_batch: int = 256
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    health_refresh_s: float = 2.0  # how often the providers' circuits are read from the store
+    # Leases held beyond the free senders, waiting their turn: with some, a round claims only
+    # once half a batch has room, so a slow provider does not shrink every claim to the few
+    # senders free at that instant (each claim costs the store a transaction).
+    prefetch: int = 0
+    # A token older than this when its send starts (the process was held up in between) is
+    # replaced by a fresh one: the provider never sees a send later than this after its token.
+    token_lag_s: float = 0.01
