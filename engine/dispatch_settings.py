@@ -20,10 +20,6 @@ class DispatcherSettings:
     completion_batch: int = 256
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     health_refresh_s: float = 2.0  # how often the providers' circuits are read from the store
-    # Leases held beyond the free senders, waiting their turn: with some, a round claims only
-    # once half a batch has room, so a slow provider does not shrink every claim to the few
-    # senders free at that instant (each claim costs the store a transaction).
-    prefetch: int = 0
     # A token older than this when its send starts (the process was held up in between) is
     # replaced by a fresh one: the provider never sees a send later than this after its token.
     token_lag_s: float = 0.01

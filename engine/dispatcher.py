@@ -79,8 +79,6 @@ class Dispatcher:
         self._due: dict[Key, DueKey] = {}
         self._keys: list[Key] | None = None  # the keys of _due with work, sorted; None: stale
         self._starved = False  # the last round stopped for want of a free sender
-        # With leases waiting (prefetch), a round waits for this much room before claiming.
-        self._min_claim = max(1, settings.batch // 2) if settings.prefetch else 1
         self._due_stale = True
         self._refreshed_at = -1e9
         self._next_due_at = math.inf  # wall time when delayed work (a retry) falls due
@@ -208,9 +206,8 @@ class Dispatcher:
                 continue
             if key[1] in held_providers or key[0] in held_tenants or key in held_pairs:
                 continue
-            waiting = self._work.qsize()
-            free = self.concurrency + self.settings.prefetch - waiting - self._busy
-            if free <= 0 or (waiting and free < self._min_claim):
+            free = self.concurrency - self._work.qsize() - self._busy
+            if free <= 0:
                 self._starved = True  # a send that ends wakes the loop
                 return wait_s if not progressed else 0.0
             blocked_s = self.circuits.blocked_for_s(key[1], now)
@@ -348,7 +345,9 @@ class Dispatcher:
                 delivery_attempt=item.failures + 1,
             )
             if self._clock.monotonic() - taken_at > self.settings.token_lag_s:
-                await self._fresh_token(_send_keys(tenant.name, record.name))
+                buckets = _send_keys(tenant.name, record.name)
+                if any(key in self._dir.limits for key in buckets):  # else nothing to pace
+                    await self._fresh_token(buckets)
             started_s = self._clock.monotonic()
             result = await send_within(provider, message, self._clock, self.settings.send_timeout_s)
             send_s = self._clock.monotonic() - started_s
