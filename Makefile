@@ -39,7 +39,7 @@ pytest: install
 test: lint typecheck contracts pytest
 
 # Needs Postgres on 127.0.0.1:5432 and Redis on 127.0.0.1:6379 (skipped where absent).
-# Writes docs/benchmarks.md and docs/bench/*.{json,png}; about 15 minutes on 2 cores.
+# Writes docs/benchmarks.md and docs/bench/*.{json,png}; about 20 minutes on 2 cores.
 bench: install
 	$(BIN)/pip install --quiet --group bench -e .
 	$(BIN)/python bench/report.py

@@ -39,7 +39,7 @@ from engine import (
 
 PG_ADMIN = os.environ.get("OMNIPOST_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS = os.environ.get("OMNIPOST_REDIS", "redis://127.0.0.1:6379/0")
-PEERS = ("procrastinate", "aiolimiter", "limits", "pyrate-limiter", "asyncpg", "redis")
+PEERS = ("procrastinate", "pgqueuer", "aiolimiter", "limits", "pyrate-limiter", "asyncpg", "redis")
 
 
 def parser(doc: str | None) -> argparse.ArgumentParser:

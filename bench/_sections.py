@@ -135,6 +135,82 @@ def _durable_share(d: Data) -> dict[str, float | None]:
     }
 
 
+def _pgq_modes(d: Data) -> list[tuple[str, Data]]:
+    """(label, sweep) of each commit mode the PgQueuer sweep ran in."""
+    sweeps = d.get("pgqueuer") or {}
+    return [
+        (f"Postgres, {k}", v) for k, v in sweeps.items() if isinstance(v, dict) and "ratios" in v
+    ]
+
+
+def _pgq_rows(d: Data) -> Rows:
+    """Store, side, batch, jobs/s (bold at the side's best batch), min - max, OmniPost over
+    PgQueuer at that batch (PgQueuer's rows), all done."""
+    rows = []
+    for store, sweep in _pgq_modes(d):
+        for side in ("omnipost", "pgqueuer"):
+            for batch, row in sweep[side]["by_batch"].items():
+                per = row["per_s"]
+                best = int(batch) == sweep[side]["best_batch"]
+                ratio = sweep["ratios"]["by_batch"][batch] if side == "pgqueuer" else None
+                rows.append(
+                    [
+                        store,
+                        side,
+                        batch,
+                        f"**{n(per['median'])}**" if best else n(per["median"]),
+                        f"{n(per['min'])} - {n(per['max'])}",
+                        x(ratio) if ratio is not None else "",
+                        "yes" if row["all_ok"] else "**no**",
+                    ]
+                )
+    return rows
+
+
+def _pgq_best_rows(d: Data) -> Rows:
+    """Store, side, best batch, jobs/s there, enqueue/s (median, min - max), and OmniPost over
+    PgQueuer at each side's best batch and in enqueue rate (PgQueuer's rows)."""
+    rows = []
+    for store, sweep in _pgq_modes(d):
+        for side in ("omnipost", "pgqueuer"):
+            s, enq, ratios = sweep[side], sweep[side]["enqueue_per_s"], sweep["ratios"]
+            theirs = side == "pgqueuer"
+            rows.append(
+                [
+                    store,
+                    side,
+                    str(s["best_batch"]),
+                    f"**{n(s['best_per_s'])}**",
+                    f"{n(enq['median'])} ({n(enq['min'])} - {n(enq['max'])})",
+                    x(ratios["omnipost_over_pgqueuer_at_best"]) if theirs else "",
+                    x(ratios["enqueue_omnipost_over_pgqueuer"]) if theirs else "",
+                ]
+            )
+    return rows
+
+
+def _pgq(d: Data) -> dict[str, Data] | None:
+    """Per commit mode (``async-commit``, ``durable``): each side's best batch and rate, and
+    OmniPost over PgQueuer at the best batches (``ratio``) and in enqueue rate
+    (``enqueue_ratio``); None when the sweep did not run."""
+    sweeps = {label.removeprefix("Postgres, "): s for label, s in _pgq_modes(d)}
+    if not sweeps:
+        return None
+    return {
+        mode: {
+            "omnipost_batch": s["omnipost"]["best_batch"],
+            "omnipost_per_s": s["omnipost"]["best_per_s"],
+            "pgqueuer_batch": s["pgqueuer"]["best_batch"],
+            "pgqueuer_per_s": s["pgqueuer"]["best_per_s"],
+            "omnipost_enqueue_per_s": s["omnipost"]["enqueue_per_s"]["median"],
+            "pgqueuer_enqueue_per_s": s["pgqueuer"]["enqueue_per_s"]["median"],
+            "ratio": s["ratios"]["omnipost_over_pgqueuer_at_best"],
+            "enqueue_ratio": s["ratios"]["enqueue_omnipost_over_pgqueuer"],
+        }
+        for mode, s in sweeps.items()
+    }
+
+
 def drain(d: Data) -> Context:
     return {
         **d,
@@ -144,6 +220,9 @@ def drain(d: Data) -> Context:
         "lite": _ratios(d, "sqlite"),
         "durable": _ratios(d, "postgres_durable") if "postgres_durable" in d else None,
         "durable_share": _durable_share(d),
+        "pgq": _pgq(d),
+        "pgq_rows": _pgq_rows(d),
+        "pgq_best_rows": _pgq_best_rows(d),
     }
 
 

@@ -15,6 +15,20 @@ On Postgres, three sides, each in its own fresh database, with the same N and co
   acknowledger writes them back as delivered (one grouped UPDATE per at most 256, plus the
   delivery-log rows) as soon as they arrive. The same rows as the engine's, enqueued the same.
 
+Then, on Postgres, a batch-size sweep against PgQueuer (the fastest Python queue on Postgres
+we know of), each run in its own fresh database, in every commit mode, with a larger N:
+
+- ``pgqueuer``: its schema installed as ``pgq install`` does it (``Queries.install()``), N jobs
+  for a no-op entrypoint enqueued through ``Queries.enqueue`` 1,000 at a time (timed: its
+  enqueue rate), then one ``QueueManager`` on one asyncpg connection, timed
+  ``run(mode=QueueExecutionMode.drain, batch_size=B)`` (no cap on its tasks, its default).
+- ``omnipost``: the engine as above with ``DispatcherSettings.batch`` = concurrency = B; its
+  enqueue rate is ``Engine.enqueue_many``'s, 1,000 at a time, recipients encrypted.
+
+Both sides run at every B in each repeat, the one that goes first swapping between repeats.
+Per side the JSON gives every B's median and spread, the best B, and the ratios OmniPost /
+PgQueuer at each side's best B and of the enqueue rates.
+
 On SQLite the engine runs beside the same statements issued with the stdlib ``sqlite3``
 module (claim a batch, acknowledge it, repeat: SQLite has one writer at a time anyway).
 
@@ -25,13 +39,16 @@ Usage::
 
     .venv/bin/python bench/drain_peers.py [--count 2000] [--sqlite-count 10000]
         [--concurrency 32] [--batch 32] [--wide 128] [--pg-modes async-commit,durable]
-        [--repeat 3] [--skip-pg] [--skip-sqlite] [--out FILE]
+        [--repeat 3] [--pgqueuer-count 20000] [--pgqueuer-batches 10,32,64,128]
+        [--skip-pg] [--skip-sqlite] [--out FILE]
 
-N is small because Procrastinate, at a few hundred jobs a second here, sets the run time.
+N is small because Procrastinate, at a few hundred jobs a second here, sets the run time; the
+PgQueuer sweep has its own N (``--pgqueuer-count``; ``--pgqueuer-batches ''`` skips it).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import functools
 import sqlite3
@@ -40,6 +57,7 @@ import tempfile
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -246,6 +264,51 @@ async def run_procrastinate(url: str, count: int, concurrency: int) -> dict[str,
     finally:
         await conn.close()
     return {"per_s": count / elapsed, "ok": done == count, "enqueue_per_s": enqueue_per_s}
+
+
+# -- PgQueuer ------------------------------------------------------------------------------
+
+PGQ_CHUNK = 1000  # jobs per enqueue call, as fill() enqueues OmniPost's
+
+
+async def run_pgqueuer(url: str, count: int, batch: int) -> dict[str, Any]:
+    """Install PgQueuer's schema, enqueue ``count`` no-op jobs (timed), then drain them with
+    one ``QueueManager`` at ``batch_size=batch`` (timed). Done: every job logged successful
+    and none left in its queue table."""
+    from pgqueuer.db import AsyncpgDriver
+    from pgqueuer.models import Job
+    from pgqueuer.qm import QueueManager
+    from pgqueuer.queries import Queries
+    from pgqueuer.types import QueueExecutionMode
+
+    conn = await asyncpg.connect(asyncpg_dsn(url))
+    try:
+        queries = Queries(AsyncpgDriver(conn))
+        await queries.install()
+        t0 = time.perf_counter()
+        for start in range(0, count, PGQ_CHUNK):
+            ids = range(start, min(count, start + PGQ_CHUNK))
+            payloads: list[bytes | None] = [b'{"i": %d}' % i for i in ids]
+            await queries.enqueue(["noop"] * len(ids), payloads, [0] * len(ids))
+        enqueue_s = time.perf_counter() - t0
+        qm = QueueManager(queries)
+
+        @qm.entrypoint("noop")
+        async def noop(job: Job) -> None:
+            return None
+
+        t0 = time.perf_counter()
+        await qm.run(batch_size=batch, mode=QueueExecutionMode.drain)
+        elapsed = time.perf_counter() - t0
+        done = await conn.fetchval("SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'")
+        left = await conn.fetchval("SELECT count(*) FROM pgqueuer")
+    finally:
+        await conn.close()
+    return {
+        "per_s": count / elapsed,
+        "ok": done == count and left == 0,
+        "enqueue_per_s": count / enqueue_s,
+    }
 
 
 # -- SQLite --------------------------------------------------------------------------------
@@ -455,11 +518,76 @@ def names(wide: int, peers: tuple[str, ...]) -> tuple[str, ...]:
     return ("omnipost", *(("omnipost_wide",) if wide else ()), *peers)
 
 
-async def run_postgres(plan: Plan, modes: list[str], repeat: int) -> dict[str, Any]:
+# -- the batch-size sweep against PgQueuer -------------------------------------------------
+
+SWEPT = ("omnipost", "pgqueuer")
+Runs = dict[int, list[dict[str, Any]]]  # batch -> one side's runs at it
+
+
+@dataclass(frozen=True)
+class Sweep:
+    count: int
+    batches: tuple[int, ...]
+
+
+async def sweep_run(side: str, count: int, batch: int, *, durable: bool) -> dict[str, Any]:
+    async with fresh_pg(f"{side[:6]}{batch}", durable=durable) as url:
+        if side == "pgqueuer":
+            return await run_pgqueuer(url, count, batch)
+        return await run_engine(url, count, batch, batch)
+
+
+async def sweep(plan: Sweep, repeat: int, *, durable: bool) -> dict[str, Any]:
+    """Both sides at every batch, ``repeat`` times, the side that goes first swapping each
+    repeat; per side its figures (``swept``), then OmniPost / PgQueuer at each side's best
+    batch, of the enqueue rates, and at each batch."""
+    runs: dict[str, Runs] = {side: {b: [] for b in plan.batches} for side in SWEPT}
+    for r in range(repeat):
+        for batch in plan.batches:
+            for side in SWEPT[::-1] if r % 2 else SWEPT:
+                runs[side][batch].append(await sweep_run(side, plan.count, batch, durable=durable))
+    result: dict[str, Any] = {side: swept(runs[side]) for side in SWEPT}
+    ours, theirs = result["omnipost"], result["pgqueuer"]
+    at = {str(b): (ours["by_batch"][str(b)], theirs["by_batch"][str(b)]) for b in plan.batches}
+    result["ratios"] = {
+        "omnipost_over_pgqueuer_at_best": round(ours["best_per_s"] / theirs["best_per_s"], 3),
+        "enqueue_omnipost_over_pgqueuer": round(
+            ours["enqueue_per_s"]["median"] / theirs["enqueue_per_s"]["median"], 3
+        ),
+        "by_batch": {
+            b: round(o["per_s"]["median"] / t["per_s"]["median"], 3) for b, (o, t) in at.items()
+        },
+    }
+    return result
+
+
+def swept(runs: Runs) -> dict[str, Any]:
+    """One side of the sweep: each batch's drain rate, the batch with the highest median, and
+    the enqueue rate over all the side's runs (the enqueue does not depend on the batch)."""
+    rates = {b: spread([s["per_s"] for s in samples]) for b, samples in runs.items()}
+    best = max(rates, key=lambda b: rates[b]["median"])
+    return {
+        "by_batch": {
+            str(b): {"per_s": rates[b], "all_ok": all(s["ok"] for s in runs[b])} for b in runs
+        },
+        "best_batch": best,
+        "best_per_s": rates[best]["median"],
+        "enqueue_per_s": spread([s["enqueue_per_s"] for b in runs for s in runs[b]]),
+        "all_ok": all(s["ok"] for b in runs for s in runs[b]),
+    }
+
+
+async def run_postgres(plan: Plan, pgq: Sweep, modes: list[str], repeat: int) -> dict[str, Any]:
     report: dict[str, Any] = {
         "postgres_version": await pg_version(),
         "postgres_commit_ms": await pg_commit_ms(),
     }
+    if pgq.batches:
+        report["pgqueuer"] = {
+            "version": metadata.version("pgqueuer"),
+            "count": pgq.count,
+            "batches": list(pgq.batches),
+        }
     for mode in modes:
         durable = mode == "durable"
         sides: dict[str, Side] = {
@@ -467,9 +595,22 @@ async def run_postgres(plan: Plan, modes: list[str], repeat: int) -> dict[str, A
             for name in names(plan.wide, PEERS)
         }
         report[f"postgres_{mode}"] = await compare(sides, repeat)
+        if pgq.batches:
+            report["pgqueuer"][mode] = await sweep(pgq, repeat, durable=durable)
     async with fresh_pg("probe", durable=False) as url:
         report["postgres_probe"] = await probe(url)
     return report
+
+
+def batches(p: argparse.ArgumentParser, text: str) -> tuple[int, ...]:
+    """``--pgqueuer-batches``: positive whole numbers, comma separated; empty for none."""
+    try:
+        sizes = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        p.error(f"--pgqueuer-batches takes whole numbers separated by commas, not {text!r}.")
+    if any(size < 1 for size in sizes):
+        p.error(f"--pgqueuer-batches takes batch sizes of at least 1, not {text!r}.")
+    return sizes
 
 
 async def main() -> None:
@@ -486,6 +627,12 @@ async def main() -> None:
         "and batch, to show what the batch size buys (0: skip)",
     )
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--pgqueuer-count", type=int, default=20_000, help="jobs per PgQueuer sweep run")
+    p.add_argument(
+        "--pgqueuer-batches",
+        default="10,32,64,128",
+        help="comma list of batch sizes to sweep both OmniPost and PgQueuer over ('': skip)",
+    )
     p.add_argument(
         "--pg-modes",
         default="async-commit,durable",
@@ -498,6 +645,7 @@ async def main() -> None:
     log_level_warning()
     pg_plan = Plan(args.count, args.concurrency, args.batch, args.wide)
     lite_plan = Plan(args.sqlite_count, args.concurrency, args.batch, args.wide)
+    pgq = Sweep(args.pgqueuer_count, batches(p, args.pgqueuer_batches))
     report: dict[str, Any] = {
         "bench": "drain_peers",
         "count": {"postgres": pg_plan.count, "sqlite": lite_plan.count},
@@ -507,7 +655,7 @@ async def main() -> None:
         "repeat": args.repeat,
     }
     if not args.skip_pg and await pg_reachable():
-        report.update(await run_postgres(pg_plan, args.pg_modes.split(","), args.repeat))
+        report.update(await run_postgres(pg_plan, pgq, args.pg_modes.split(","), args.repeat))
     if not args.skip_sqlite:
         report["sqlite_version"] = sqlite3.sqlite_version
         sides: dict[str, Side] = {

@@ -52,7 +52,10 @@ BENCHES: dict[str, tuple[str, list[str], bool]] = {
 }
 # --quick: the same code paths in well under a minute, for checking the scripts, not numbers.
 QUICK: dict[str, list[str]] = {
-    "drain_peers": ["--count", "300", "--sqlite-count", "1000", "--repeat", "1"],
+    "drain_peers": [
+        *("--count", "300", "--sqlite-count", "1000", "--repeat", "1"),
+        *("--pgqueuer-count", "1000", "--pgqueuer-batches", "10,64"),
+    ],
     "limiter_peers": ["--number", "2000", "--repeat", "1", "--seconds", "0.2"],
     "fidelity": ["--seconds", "1", "--rates", "10,1000"],
     "fairness": ["--seconds", "1", "--backlog", "1000"],
