@@ -14,10 +14,9 @@ from __future__ import annotations
 import asyncio
 import selectors
 from collections.abc import Awaitable, Callable, Mapping
-from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
-from engine.clock import _wait_for
+from engine.clock import SystemClock
 
 __all__ = ["LoopClock", "run_virtual"]
 
@@ -69,23 +68,18 @@ class _VirtualLoop(asyncio.SelectorEventLoop):
         return self._timeless.now
 
 
-class LoopClock:
-    """The ``Clock`` of a loop run by ``run_virtual``: both its times are the loop's."""
+class LoopClock(SystemClock):
+    """The ``Clock`` of a loop run by ``run_virtual``: both its times are the loop's, and it
+    waits as ``SystemClock`` does, through asyncio, which runs on the loop's time."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        # Read many times per send: the loop's own method, without a call in between.
-        self.monotonic: Callable[[], float] = loop.time
-        self.wall: Callable[[], float] = loop.time
 
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(max(0.0, seconds))
+    def monotonic(self) -> float:
+        return self._loop.time()
 
-    async def wait_for(self, event: asyncio.Event, timeout_s: float) -> bool:
-        return await _wait_for(self, event, timeout_s)
-
-    def timeout(self, seconds: float) -> AbstractAsyncContextManager[object]:
-        return asyncio.timeout(seconds)
+    def wall(self) -> float:
+        return self._loop.time()
 
     def __repr__(self) -> str:
         return f"LoopClock(now={self._loop.time():.3f})"
