@@ -31,10 +31,10 @@ from engine.clock import Clock
 from engine.completer import Completer
 from engine.directory import Directory
 from engine.dispatch_settings import DispatcherSettings
-from engine.domain import BucketKey, BucketScope, Message, NotificationState, SendResult
+from engine.domain import BucketKey, Message, NotificationState, SendResult
 from engine.errors import OmniPostError
 from engine.limiter import Limiter, Reservation
-from engine.policy import STORE_OUTAGE, decide, round_robin
+from engine.policy import STORE_OUTAGE, HeldBuckets, decide, round_robin
 from engine.ports import DispatchStore
 from engine.providers.base import send_within
 from engine.store import Completion, DueKey, Leased
@@ -193,10 +193,7 @@ class Dispatcher:
             self._keys = sorted(k for k, d in self._due.items() if d.due > 0)
         keys = self._keys
         self._starved = False
-        # Buckets found empty this round, by whose they are: the keys behind them wait.
-        held_tenants: set[int] = set()
-        held_providers: set[int] = set()
-        held_pairs: set[Key] = set()
+        held = HeldBuckets()  # found empty this round: the keys behind them wait
         not_before = self._not_before
         for key in round_robin(keys, self._last):
             until = not_before.get(key)
@@ -204,7 +201,9 @@ class Dispatcher:
                 # Its buckets said when they grant again; asking sooner gets nothing.
                 wait_s = min(wait_s, until - mono)
                 continue
-            if key[1] in held_providers or key[0] in held_tenants or key in held_pairs:
+            held_s = held.for_s(key)
+            if held_s is not None:
+                wait_s = min(wait_s, held_s)
                 continue
             free = self.concurrency - self._work.qsize() - self._busy
             if free <= 0:
@@ -214,14 +213,8 @@ class Dispatcher:
             if blocked_s > 0:  # its circuit is open; no probe yet, or another worker's
                 wait_s = min(wait_s, blocked_s)
                 continue
-            got, key_wait_s, held = await self._serve(key, min(free, self.settings.batch))
-            for scope in held:
-                if scope is BucketScope.TENANT:
-                    held_tenants.add(key[0])
-                elif scope is BucketScope.PROVIDER:
-                    held_providers.add(key[1])
-                else:
-                    held_pairs.add(key)
+            got, key_wait_s, short = await self._serve(key, min(free, self.settings.batch))
+            held.note(key, short)
             progressed |= got > 0
             wait_s = min(wait_s, key_wait_s)
         # Delayed work seen by the last look; it may have fallen due while the answer came
@@ -229,28 +222,27 @@ class Dispatcher:
         wait_s = min(wait_s, self._next_due_at - now)
         return 0.0 if progressed else max(wait_s, 0.001)
 
-    async def _serve(self, key: Key, room: int) -> tuple[int, float, list[BucketScope]]:
+    async def _serve(self, key: Key, room: int) -> tuple[int, float, Reservation]:
         """Reserve and lease up to ``room`` for ``key``; returns how many were leased, how
-        long until it can be served again (0: at once), and the scopes of the buckets that
-        held its reservation short (the round skips the other keys behind them)."""
+        long until it can be served again (0: at once), and the reservation (its ``held_by``:
+        the round skips the other keys behind those buckets)."""
         tenant_id, provider_id = key
         tenant = self._dir.tenants.get(tenant_id)
         provider = self._dir.providers.get(provider_id)
         if tenant is None or provider is None or provider_id not in self._dir.instances:
-            return 0, self.settings.poll_s, []
+            return 0, self.settings.poll_s, Reservation((), 0)
         due = self._due[key]
         buckets = _send_keys(tenant.name, provider.name)
         probing = not self.circuits.is_closed(provider_id)  # and its probe is due
         reserved_at = self._clock.monotonic()
         reservation = await self._limiter.reserve(buckets, 1 if probing else min(room, due.due))
-        held = [bucket.scope for bucket in reservation.held_by]
         if reservation.granted == 0:
             wait_s = min(reservation.wait_s, self.settings.poll_s)
             self._not_before[key] = self._clock.monotonic() + wait_s
-            return 0, reservation.wait_s, held
+            return 0, reservation.wait_s, reservation
         if probing and not await self.circuits.take_probe(provider_id):
             await self._limiter.refund(reservation, reservation.granted)
-            return 0, self.settings.poll_s, held  # another worker probes it
+            return 0, self.settings.poll_s, reservation  # another worker probes it
         claimed = await self._store.queue.claim(
             tenant_id,
             provider_id,
@@ -270,7 +262,7 @@ class Dispatcher:
         self._last = key
         for item in leased:
             self._work.put_nowait((item, taken_at))
-        return len(leased), 0.0 if left else self.settings.poll_s, held
+        return len(leased), 0.0 if left else self.settings.poll_s, reservation
 
     async def _retake(
         self,

@@ -22,14 +22,16 @@ class Reservation:
     ``granted`` is between 0 and the number asked for. When it is below what was asked,
     ``wait_s`` says how long until at least one more token is there in every bucket
     (``math.inf`` when it never will be); otherwise it is 0.0. ``held_by`` names the buckets
-    that held it short (emptiest or blocked), when the limiter knows them; the dispatcher
-    then skips other keys behind those buckets for the rest of its round.
+    that held it short (emptiest or blocked), when the limiter knows them, and ``held_for_s``
+    how long each of them takes to have a token again; the dispatcher then skips other keys
+    behind those buckets for the rest of its round, and looks again by then.
     """
 
     keys: tuple[BucketKey, ...]
     granted: int
     wait_s: float = 0.0
     held_by: tuple[BucketKey, ...] = field(default=(), compare=False)
+    held_for_s: tuple[float, ...] = field(default=(), compare=False)
 
 
 class Limiter(Protocol):

@@ -48,9 +48,9 @@ class LocalLimiter:
         blocked: tuple[BucketKey, ...] = ()
         blocked_s = 0.0
         if self._blocked_until:
-            waits = [(key, self._blocked_for(now, key)) for key in unique]
-            blocked = tuple(key for key, wait_s in waits if wait_s > 0)
-            blocked_s = max(wait_s for _, wait_s in waits)
+            holds = [(key, self._blocked_for(now, key)) for key in unique]
+            blocked = tuple(key for key, hold_s in holds if hold_s > 0)
+            blocked_s = max(hold_s for _, hold_s in holds)
         granted = 0 if blocked else n
         configured = []  # (key, bucket, whole tokens there now)
         for key in unique:
@@ -64,9 +64,15 @@ class LocalLimiter:
                 bucket.try_take(now, granted)
         if granted == n:
             return Reservation(unique, granted)
-        wait_s = max([blocked_s, *(bucket.wait_s(now, 1.0) for _, bucket, _ in configured)])
-        held_by = blocked or tuple(key for key, _, tokens in configured if tokens == granted)
-        return Reservation(unique, granted, wait_s, held_by)
+        refills = {key: bucket.wait_s(now, 1.0) for key, bucket, _ in configured}
+        wait_s = max([blocked_s, *refills.values()])
+        if blocked:
+            held_by = blocked
+            held_for_s = tuple(self._blocked_for(now, key) for key in blocked)
+        else:
+            held_by = tuple(key for key, _, tokens in configured if tokens == granted)
+            held_for_s = tuple(refills[key] for key in held_by)
+        return Reservation(unique, granted, wait_s, held_by, held_for_s)
 
     def refund_at(self, now: float, reservation: Reservation, n: int) -> None:
         """Give back up to ``reservation.granted`` tokens to each of its configured buckets,

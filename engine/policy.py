@@ -11,7 +11,8 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from engine.domain import NotificationState, Outcome, SendResult
+from engine.domain import BucketScope, NotificationState, Outcome, SendResult
+from engine.limiter import Reservation
 
 __all__ = [
     "STORE_OUTAGE",
@@ -19,6 +20,7 @@ __all__ = [
     "WRITE_RETRY",
     "Backoff",
     "Decision",
+    "HeldBuckets",
     "RetryPolicy",
     "decide",
     "round_robin",
@@ -114,3 +116,37 @@ def round_robin(keys: Sequence[K], last: K | None) -> list[K]:
     except ValueError:
         start = 0
     return [*keys[start:], *keys[:start]]
+
+
+class HeldBuckets:
+    """The buckets a dispatch round found empty, by whose they are (a tenant's, a provider's,
+    a pair's), each with how long it takes to refill: a key behind one is not asked again in
+    that round, and the round's sleep ends no later than the refill."""
+
+    def __init__(self) -> None:
+        self._tenants: dict[int, float] = {}
+        self._providers: dict[int, float] = {}
+        self._pairs: dict[tuple[int, int], float] = {}
+
+    def note(self, key: tuple[int, int], reservation: Reservation) -> None:
+        """What held ``key``'s (tenant id, provider id) ``reservation`` short, if anything."""
+        for bucket, for_s in zip(reservation.held_by, reservation.held_for_s, strict=True):
+            if bucket.scope is BucketScope.TENANT:
+                self._tenants[key[0]] = for_s
+            elif bucket.scope is BucketScope.PROVIDER:
+                self._providers[key[1]] = for_s
+            else:
+                self._pairs[key] = for_s
+
+    def for_s(self, key: tuple[int, int]) -> float | None:
+        """How long ``key`` waits for a bucket found empty; None when none holds it."""
+        found = [
+            held
+            for held in (
+                self._providers.get(key[1]),
+                self._tenants.get(key[0]),
+                self._pairs.get(key),
+            )
+            if held is not None
+        ]
+        return min(found) if found else None

@@ -120,7 +120,9 @@ class LocalFallback:
 
     def reserve(self, keys: Sequence[BucketKey], n: int) -> Granted:
         local = self._shares().reserve_at(self._clock.monotonic(), keys, n)
-        return Granted(local.keys, local.granted, local.wait_s, local.held_by, era=self.era)
+        return Granted(
+            local.keys, local.granted, local.wait_s, local.held_by, local.held_for_s, era=self.era
+        )
 
     def refund(self, reservation: Reservation, n: int) -> None:
         self._shares().refund_at(self._clock.monotonic(), reservation, n)

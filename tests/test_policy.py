@@ -266,3 +266,20 @@ def test_round_robin_serves_every_key_in_turn() -> None:
         last = round_robin(keys, last)[0]
         served.append(last)
     assert served == [*keys, *keys, keys[0]]
+
+
+def test_held_buckets_hold_the_keys_behind_them_until_the_soonest_refill() -> None:
+    from engine import BucketKey, Reservation
+    from engine.policy import HeldBuckets
+
+    held = HeldBuckets()
+    assert held.for_s((1, 7)) is None
+    sms, acme = BucketKey.for_provider("sms"), BucketKey.for_tenant("acme")
+    keys = BucketKey.for_send("acme", "sms")
+    held.note((1, 7), Reservation(keys, 0, 0.5, (sms, acme), (0.02, 0.5)))
+    assert held.for_s((2, 7)) == 0.02  # another tenant behind the same provider
+    assert held.for_s((1, 8)) == 0.5  # the same tenant through another provider
+    assert held.for_s((1, 7)) == 0.02  # the soonest of the two
+    assert held.for_s((2, 8)) is None  # nothing of theirs was found empty
+    held.note((3, 9), Reservation(keys, 2, 0.1, (BucketKey.for_pair("x", "y"),), (0.1,)))
+    assert held.for_s((3, 9)) == 0.1 and held.for_s((3, 8)) is None
