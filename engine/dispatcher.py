@@ -220,7 +220,9 @@ class Dispatcher:
         # Delayed work seen by the last look; it may have fallen due while the answer came
         # back, and then the next round looks again (``_step``) rather than the next poll.
         wait_s = min(wait_s, self._next_due_at - now)
-        return 0.0 if progressed else max(wait_s, 0.001)
+        if progressed:  # again at once, unless every key it could serve waits for tokens
+            return 0.0 if wait_s <= 0 or self._due_stale else wait_s
+        return max(wait_s, 0.001)
 
     async def _serve(self, key: Key, room: int) -> tuple[int, float, Reservation]:
         """Reserve and lease up to ``room`` for ``key``; returns how many were leased, how
@@ -235,7 +237,8 @@ class Dispatcher:
         buckets = _send_keys(tenant.name, provider.name)
         probing = not self.circuits.is_closed(provider_id)  # and its probe is due
         reserved_at = self._clock.monotonic()
-        reservation = await self._limiter.reserve(buckets, 1 if probing else min(room, due.due))
+        asked = 1 if probing else min(room, due.due)
+        reservation = await self._limiter.reserve(buckets, asked)
         if reservation.granted == 0:
             wait_s = min(reservation.wait_s, self.settings.poll_s)
             self._not_before[key] = self._clock.monotonic() + wait_s
@@ -262,6 +265,10 @@ class Dispatcher:
         self._last = key
         for item in leased:
             self._work.put_nowait((item, taken_at))
+        if left and reservation.granted < asked:  # its buckets ran dry: not before they refill
+            wait_s = min(reservation.wait_s, self.settings.poll_s)
+            self._not_before[key] = self._clock.monotonic() + wait_s
+            return len(leased), wait_s, reservation
         return len(leased), 0.0 if left else self.settings.poll_s, reservation
 
     async def _retake(

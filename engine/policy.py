@@ -140,13 +140,10 @@ class HeldBuckets:
 
     def for_s(self, key: tuple[int, int]) -> float | None:
         """How long ``key`` waits for a bucket found empty; None when none holds it."""
-        found = [
-            held
-            for held in (
-                self._providers.get(key[1]),
-                self._tenants.get(key[0]),
-                self._pairs.get(key),
-            )
-            if held is not None
-        ]
-        return min(found) if found else None
+        if not (self._providers or self._tenants or self._pairs):
+            return None  # the common case, asked for every key of every round
+        best = self._providers.get(key[1])
+        for held in (self._tenants.get(key[0]), self._pairs.get(key)):
+            if held is not None and (best is None or held < best):
+                best = held
+        return best
