@@ -174,14 +174,14 @@ async def test_the_worker_shares_its_buckets_through_redis(
         ):
             code, _, err = await frozen.run_async(*args)
             assert code == 0, err
-        # The Lua scripts were found in the bundle: the tenant's bucket lives in Redis.
-        assert await client.exists(f"{base}:tenant:limit")
+        # The Lua scripts were found in the bundle: the tenant's bucket (one hash) is in Redis.
+        assert await client.hget(f"{base}:tenant", "rate") is not None
         assert len(out.read_text().splitlines()) == 1
     finally:
         await delete_prefix(client, base)
-        members = [m async for m in client.sscan_iter("omnipost:buckets") if tenant in str(m)]
+        members = [m async for m in client.sscan_iter("omnipost:buckets:v2") if tenant in str(m)]
         if members:
-            await client.srem("omnipost:buckets", *members)
+            await client.srem("omnipost:buckets:v2", *members)
         await client.aclose()
 
 
