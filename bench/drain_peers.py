@@ -9,11 +9,13 @@ On Postgres, three sides, each in its own fresh database, with the same N and co
   applied with ``schema_manager.apply_schema_async()``; timed ``run_worker_async(wait=False)``,
   which returns once the queue is empty and the jobs are finished. Its pool gets the same
   connections as OmniPost's (10, up to 20).
-- ``ceiling``: OmniPost's own claim and acknowledge statements (the text SQLAlchemy emits for
-  ``QueueRepo.claim`` and ``QueueRepo.complete``) sent with bare asyncpg, with no engine: a
-  claimer keeps at most ``concurrency`` rows leased, claiming up to ``batch`` at a time; an
-  acknowledger writes them back as delivered (one grouped UPDATE per at most 256, plus the
-  delivery-log rows) as soon as they arrive. The same rows as the engine's, enqueued the same.
+- ``ceiling``: OmniPost's own claim and acknowledge statements (``engine.store.pg_hot``'s, the
+  ones ``QueueRepo.claim`` and ``QueueRepo.complete`` send) issued with bare asyncpg, with no
+  engine: a
+  claimer keeps at most ``concurrency`` rows leased, claiming up to ``batch`` at a time and
+  decrypting each claimed recipient (work the engine must do for every send); an
+  acknowledger writes them back as delivered (one statement per at most 256: the grouped
+  UPDATE and the delivery-log rows) as soon as they arrive. The same rows as the engine's, enqueued the same.
 
 Then, on Postgres, a batch-size sweep against PgQueuer (the fastest Python queue on Postgres
 we know of), each run in its own fresh database, in every commit mode, with a larger N:
@@ -29,8 +31,9 @@ Both sides run at every B in each repeat, the one that goes first swapping betwe
 Per side the JSON gives every B's median and spread, the best B, and the ratios OmniPost /
 PgQueuer at each side's best B and of the enqueue rates.
 
-On SQLite the engine runs beside the same statements issued with the stdlib ``sqlite3``
-module (claim a batch, acknowledge it, repeat: SQLite has one writer at a time anyway).
+On SQLite the engine runs beside the same statements (``engine.store.sqlite_hot``'s) issued
+with the stdlib ``sqlite3`` module (claim a batch, decrypt its recipients, acknowledge it, repeat: SQLite has one writer
+at a time anyway).
 
 Sides alternate within each repeat; the JSON gives each side's median and spread and the
 ratios of the medians. A probe then times one claim of 32 and its acknowledgement alone, back
@@ -78,8 +81,8 @@ from _common import (
     wait_delivered,
 )
 
-from engine import NotificationState, Outcome
-from engine.store import Completion, Leased
+from engine import NotificationState, Outcome, SecretBox
+from engine.store import Completion, Leased, pg_hot, sqlite_hot
 
 OWNER = "bench-ceiling"
 PG_SIDES = ("omnipost", "procrastinate", "ceiling")
@@ -87,61 +90,45 @@ ACK_CHUNK = 256  # DispatcherSettings.completion_batch
 LEASE_S = 30.0
 PRAGMAS = ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=30000")  # the engine's
 
-# The statements as SQLAlchemy renders QueueRepo.claim and _apply_delivered for each dialect.
-CLAIM = (
-    "UPDATE notifications SET state={p[0]}, attempt=(notifications.attempt + {p[1]}), "
-    "lease_owner={p[2]}, lease_expires_at={p[3]} WHERE notifications.id IN "
-    "(SELECT notifications.id FROM notifications WHERE notifications.state = {p[4]} "
-    "AND notifications.tenant_id = {p[5]} AND notifications.provider_id = {p[6]} "
-    "AND notifications.available_at <= {p[7]} "
-    "ORDER BY notifications.priority DESC, notifications.id LIMIT {p[8]}{tail}) "
-    "RETURNING notifications.id, notifications.recipient, notifications.payload, "
-    "notifications.idempotency_key, notifications.attempt, notifications.failures, "
-    "notifications.max_attempts, notifications.enqueued_at"
-)
-LOG_COLUMNS = (
-    "notification_id, tenant_id, provider_id, attempt, outcome, detail, worker, ts, latency_s"
-)
+
+def pg_claim(conn: Any, n: int) -> Any:
+    """The store's claim on Postgres (``engine.store.pg_hot``), one statement."""
+    now = time.time()
+    return conn.fetch(pg_hot.CLAIM_SQL, 1, 1, now, n, OWNER, now + LEASE_S)
 
 
-def claim_sql(dialect: str) -> str:
-    if dialect == "sqlite":
-        return CLAIM.format(p=["?"] * 9, tail=" OFFSET 0")
-    return CLAIM.format(p=[f"${i}" for i in range(1, 10)], tail=" FOR UPDATE SKIP LOCKED")
-
-
-def ack_sql(dialect: str, n: int) -> str:
-    """The grouped UPDATE to delivered for ``n`` (id, attempt) pairs."""
-    if dialect == "sqlite":
-        pairs, owner, state = "VALUES " + ", ".join(["(?, ?)"] * n), "?", "?"
-        head = "?, ?, ?, ?"
-    else:
-        pairs = ", ".join(f"(${7 + 2 * i}, ${8 + 2 * i})" for i in range(n))
-        head, owner, state = "$1, $2, $3, $4", "$5", "$6"
-    h = head.split(", ")
-    return (
-        f"UPDATE notifications SET state={h[0]}, lease_owner={h[1]}, lease_expires_at={h[2]}, "
-        f"finished_at={h[3]} WHERE (notifications.id, notifications.attempt) IN ({pairs}) "
-        f"AND notifications.lease_owner = {owner} AND notifications.state = {state} "
-        "RETURNING notifications.id"
+def pg_ack(conn: Any, rows: list[Any]) -> Any:
+    """The store's acknowledgement on Postgres: the leases and their delivery-log rows, one
+    statement, every column an array."""
+    now, k = time.time(), len(rows)
+    pairs = sorted((r[0], r[4]) for r in rows)
+    ids, attempts = [p[0] for p in pairs], [p[1] for p in pairs]
+    ones, zero = [1] * k, [0.0] * k
+    texts = (["delivered"] * k, ["simulated"] * k, [OWNER] * k)
+    return conn.fetch(
+        pg_hot.DELIVER_SQL, ids, attempts, now, OWNER, ones, ones, *texts, [now] * k, zero, zero
     )
 
 
-def log_sql(dialect: str) -> str:
-    marks = ", ".join(["?"] * 9 if dialect == "sqlite" else [f"${i}" for i in range(1, 10)])
-    return f"INSERT INTO delivery_log ({LOG_COLUMNS}) VALUES ({marks})"
+def sqlite_claim(con: sqlite3.Connection, n: int) -> list[Any]:
+    """The store's claim on SQLite (``engine.store.sqlite_hot``), in its own transaction."""
+    now = time.time()
+    return sqlite_hot.claim(con, 1, 1, n, OWNER, now + LEASE_S, now)
 
 
-def ack_args(dialect: str, rows: list[Any], now: float) -> tuple[list[Any], list[tuple[Any, ...]]]:
-    """Arguments of the grouped UPDATE and of the delivery-log rows, ids in order. Postgres
-    numbers its parameters (owner and state are $5 and $6); SQLite's come in text order."""
+def sqlite_ack(con: sqlite3.Connection, rows: list[Any]) -> int:
+    """The store's acknowledgement on SQLite: the grouped update and the delivery-log rows, in
+    one transaction; returns how many it applied."""
+    now = time.time()
     pairs = sorted((r[0], r[4]) for r in rows)
-    flat = [x for pair in pairs for x in pair]
-    head: list[Any] = ["delivered", None, None, now]
-    tail: list[Any] = [OWNER, "leased"]
-    args = head + flat + tail if dialect == "sqlite" else head + tail + flat
-    logs = [(i, 1, 1, a, "delivered", "simulated", OWNER, now, 0.0) for i, a in pairs]
-    return args, logs
+    params: list[Any] = ["delivered", now, *(p[0] for p in pairs)]
+    params += [x for pair in pairs for x in pair] + [OWNER, "leased"]
+    con.execute("BEGIN IMMEDIATE")
+    done = con.execute(sqlite_hot.deliver_sql(len(pairs)), params).fetchall()
+    logs = [(i, 1, 1, a, "delivered", "simulated", OWNER, now, 0.0, 0.0) for i, a in pairs]
+    con.executemany(sqlite_hot.LOG_SQL, logs)
+    con.execute("COMMIT")
+    return len(done)
 
 
 # -- OmniPost ------------------------------------------------------------------------------
@@ -157,10 +144,13 @@ async def run_engine(url: str, count: int, concurrency: int, batch: int) -> dict
     return {"per_s": count / elapsed, "ok": ok, "enqueue_per_s": enqueue_per_s}
 
 
-async def prepare_rows(url: str, count: int) -> None:
-    """The ceiling's rows: the same tenant, provider and notifications as the engine's run."""
+async def prepare_rows(url: str, count: int) -> SecretBox:
+    """The ceiling's rows: the same tenant, provider and notifications as the engine's run;
+    returns the key they were encrypted with (the ceiling decrypts each recipient it claims,
+    as the engine must)."""
     async with open_engine(url) as b:
         await fill(b.engine, "bench", count)
+        return b.box
 
 
 # -- the ceiling on Postgres ---------------------------------------------------------------
@@ -170,8 +160,11 @@ class Pipeline:
     """A claimer and an acknowledger sharing leased rows, as the engine's dispatcher and
     completer do, with nothing else: no limiter, no provider, no tasks per row."""
 
-    def __init__(self, conn_claim: Any, conn_ack: Any, count: int, concurrency: int) -> None:
+    def __init__(
+        self, conn_claim: Any, conn_ack: Any, count: int, concurrency: int, box: SecretBox
+    ) -> None:
         self.claim_conn, self.ack_conn = conn_claim, conn_ack
+        self.box = box
         self.count, self.concurrency = count, concurrency
         self.inflight = 0
         self.acked = 0
@@ -181,47 +174,39 @@ class Pipeline:
 
     async def claimer(self, batch: int) -> None:
         claimed = 0
-        sql = claim_sql("postgresql")
         while claimed < self.count:
             free = self.concurrency - self.inflight
             if free <= 0:
                 self.room.clear()
                 await self.room.wait()
                 continue
-            now = time.time()
-            async with self.claim_conn.transaction():
-                rows = await self.claim_conn.fetch(
-                    sql, "leased", 1, OWNER, now + LEASE_S, "queued", 1, 1, now, min(batch, free)
-                )
+            rows = await pg_claim(self.claim_conn, min(batch, free))
             if not rows:
                 raise RuntimeError("the ceiling ran out of rows before it claimed them all")
+            for row in rows:
+                self.box.decrypt(row[1])  # the recipient, as a send needs it
             claimed += len(rows)
             self.inflight += len(rows)
             self.pending.extend(rows)
             self.ready.set()
 
     async def acknowledger(self) -> None:
-        insert = log_sql("postgresql")
         while self.acked < self.count:
             await self.ready.wait()
             self.ready.clear()
             while self.pending:
                 rows, self.pending = self.pending[:ACK_CHUNK], self.pending[ACK_CHUNK:]
-                args, logs = ack_args("postgresql", rows, time.time())
-                async with self.ack_conn.transaction():
-                    done = await self.ack_conn.fetch(ack_sql("postgresql", len(rows)), *args)
-                    await self.ack_conn.executemany(insert, logs)
-                self.acked += len(done)
+                self.acked += len(await pg_ack(self.ack_conn, rows))
                 self.inflight -= len(rows)
                 self.room.set()
 
 
 async def run_ceiling_pg(url: str, count: int, concurrency: int, batch: int) -> dict[str, Any]:
-    await prepare_rows(url, count)
+    box = await prepare_rows(url, count)
     dsn = asyncpg_dsn(url)
     a, b = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
     try:
-        pipe = Pipeline(a, b, count, concurrency)
+        pipe = Pipeline(a, b, count, concurrency, box)
         t0 = time.perf_counter()
         await asyncio.gather(pipe.claimer(batch), pipe.acknowledger())
         elapsed = time.perf_counter() - t0
@@ -314,26 +299,21 @@ async def run_pgqueuer(url: str, count: int, batch: int) -> dict[str, Any]:
 # -- SQLite --------------------------------------------------------------------------------
 
 
-def ceiling_sqlite(path: Path, count: int, concurrency: int, batch: int) -> dict[str, Any]:
+def ceiling_sqlite(
+    path: Path, count: int, concurrency: int, batch: int, box: SecretBox
+) -> dict[str, Any]:
     con = sqlite3.connect(path, isolation_level=None)
     for pragma in PRAGMAS:
         con.execute(f"PRAGMA {pragma}")
-    claim, insert = claim_sql("sqlite"), log_sql("sqlite")
     acked = 0
     t0 = time.perf_counter()
     while acked < count:
-        now = time.time()
-        con.execute("BEGIN IMMEDIATE")
-        args = ("leased", 1, OWNER, now + LEASE_S, "queued", 1, 1, now, min(batch, concurrency))
-        rows = con.execute(claim, args).fetchall()
-        con.execute("COMMIT")
+        rows = sqlite_claim(con, min(batch, concurrency))
         if not rows:
             raise RuntimeError("the ceiling ran out of rows before it claimed them all")
-        update, logs = ack_args("sqlite", rows, time.time())
-        con.execute("BEGIN IMMEDIATE")
-        acked += len(con.execute(ack_sql("sqlite", len(rows)), update).fetchall())
-        con.executemany(insert, logs)
-        con.execute("COMMIT")
+        for row in rows:
+            box.decrypt(row[1])  # the recipient, as a send needs it
+        acked += sqlite_ack(con, rows)
     elapsed = time.perf_counter() - t0
     con.close()
     return {"per_s": count / elapsed, "ok": acked == count}
@@ -394,28 +374,10 @@ class RawPg:
         return cls(await asyncpg.connect(asyncpg_dsn(url)))
 
     async def claim(self, n: int) -> list[Any]:
-        now = time.time()
-        async with self.conn.transaction():
-            return list(
-                await self.conn.fetch(
-                    claim_sql("postgresql"),
-                    "leased",
-                    1,
-                    OWNER,
-                    now + LEASE_S,
-                    "queued",
-                    1,
-                    1,
-                    now,
-                    n,
-                )
-            )
+        return list(await pg_claim(self.conn, n))
 
     async def ack(self, rows: list[Any]) -> None:
-        args, logs = ack_args("postgresql", rows, time.time())
-        async with self.conn.transaction():
-            await self.conn.fetch(ack_sql("postgresql", len(rows)), *args)
-            await self.conn.executemany(log_sql("postgresql"), logs)
+        await pg_ack(self.conn, rows)
 
     async def close(self) -> None:
         await self.conn.close()
@@ -428,19 +390,10 @@ class RawSqlite:
             self.con.execute(f"PRAGMA {pragma}")
 
     async def claim(self, n: int) -> list[Any]:
-        now = time.time()
-        self.con.execute("BEGIN IMMEDIATE")
-        args = ("leased", 1, OWNER, now + LEASE_S, "queued", 1, 1, now, n)
-        rows = self.con.execute(claim_sql("sqlite"), args).fetchall()
-        self.con.execute("COMMIT")
-        return rows
+        return sqlite_claim(self.con, n)
 
     async def ack(self, rows: list[Any]) -> None:
-        update, logs = ack_args("sqlite", rows, time.time())
-        self.con.execute("BEGIN IMMEDIATE")
-        self.con.execute(ack_sql("sqlite", len(rows)), update).fetchall()
-        self.con.executemany(log_sql("sqlite"), logs)
-        self.con.execute("COMMIT")
+        sqlite_ack(self.con, rows)
 
     async def close(self) -> None:
         self.con.close()
@@ -482,9 +435,9 @@ async def sqlite_side(side: str, plan: Plan) -> dict[str, Any]:
         url = f"sqlite:///{path}"
         if side in OURS:
             return await run_ours(side, url, plan)
-        await prepare_rows(url, plan.count)
+        box = await prepare_rows(url, plan.count)
         return await asyncio.to_thread(
-            ceiling_sqlite, path, plan.count, plan.concurrency, plan.batch
+            ceiling_sqlite, path, plan.count, plan.concurrency, plan.batch, box
         )
 
 

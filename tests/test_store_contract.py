@@ -634,6 +634,40 @@ async def test_complete_is_fenced_on_owner_and_attempt(store: Store) -> None:
         assert len(await store.queue.deliveries(t, notification_id=n_id)) == 1, path
 
 
+async def test_a_large_delivered_batch_applies_only_the_leases_that_hold(store: Store) -> None:
+    """One batch of 1,203 deliveries (more than one grouped statement's worth) in which three
+    leases no longer hold: exactly the other 1,200 are delivered, each with one delivery-log
+    row carrying its own attempt, time, latency and provider time; the three stay leased."""
+    t = await tenant_id(store, "acme")
+    p = await provider_id(store, "sms")
+    count = 1_203
+    await store.queue.enqueue(t, [new_notification(p, f"k{i}") for i in range(count)], now=T0)
+    leased = await store.queue.claim(t, p, count, owner="w1", lease_s=30, now=T0)
+    assert len(leased) == count
+    stale = {leased[0].id, leased[600].id, leased[-1].id}
+    batch = []
+    for i, item in enumerate(leased):
+        sent = item if item.id not in stale else dataclasses.replace(item, attempt=7)
+        c = done(sent, DELIVERED, ts=T0 + 1 + i / 1000, detail="ok " * 300)
+        batch.append(dataclasses.replace(c, send_s=i / 10_000))
+    applied = await store.queue.complete(batch[::-1], worker="w1")
+    assert applied == [c.leased.id not in stale for c in batch[::-1]]
+    for n_id in stale:
+        got = await view(store, t, n_id)
+        assert (got.state, got.attempt) == (LEASED, 1)
+    got = await view(store, t, leased[1].id)
+    assert got.state is DELIVERED
+    assert got.finished_at == pytest.approx(T0 + 1 + (count - 2) / 1000)
+    log = await store.queue.deliveries(t, limit=2 * count)
+    assert len(log) == count - len(stale)
+    assert {e.notification_id for e in log} == {item.id for item in leased} - stale
+    entry = next(e for e in log if e.notification_id == leased[5].id)
+    assert (entry.attempt, entry.worker, entry.outcome) == (1, "w1", Outcome.DELIVERED)
+    assert entry.send_s == pytest.approx(5 / 10_000)
+    assert entry.ts == pytest.approx(T0 + 1 + 5 / 1000)
+    assert len(entry.detail) == 500
+
+
 async def test_complete_a_reaped_but_unclaimed_lease_is_refused(store: Store) -> None:
     t = await tenant_id(store, "acme")
     p = await provider_id(store, "sms")

@@ -43,7 +43,7 @@ def on_virtual_time(store: Store, clock: FakeClock, *, latency_s: float = 0.0) -
     the statements outside a transaction: the only ways in), and then let each take
     ``latency_s`` of virtual time. Returns ``store``."""
     db = store._db
-    for name in ("read", "write", "outside_transaction"):
+    for name in ("read", "write", "outside_transaction", "write_in_thread", "write_on_driver"):
         setattr(db, name, _held(clock, latency_s, getattr(db, name)))
     return store
 

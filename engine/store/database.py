@@ -7,11 +7,14 @@ Nothing outside this package sees a SQLAlchemy or driver exception: ``Database.w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
+import asyncpg
 import sqlalchemy as sa
 from sqlalchemy import event, exc
 from sqlalchemy.engine import URL, make_url
@@ -162,16 +165,75 @@ class Database:
         async with self._write_lock:
             return await self._run(self.engine, fn)
 
+    async def write_in_thread(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """SQLite: run ``fn`` on the driver's own thread with the ``sqlite3`` connection, as
+        this process's one writer, in one trip there and back (``engine.store.sqlite_hot``
+        says why). ``fn`` begins and ends its transaction itself; errors are translated and
+        retried as ``write``'s are.
+
+        aiosqlite has no public call for "run this on the connection's thread"; its
+        ``_execute`` is that call (every public method goes through it). The contract tests
+        run every claim and acknowledgement on SQLite through here, so an aiosqlite that
+        changes it fails them rather than misbehaving."""
+        assert self._write_lock is not None, "SQLite only"
+
+        async def run(conn: AsyncConnection) -> T:
+            driver = (await conn.get_raw_connection()).driver_connection
+            assert driver is not None
+            try:
+                result: T = await driver._execute(fn, driver._conn)
+            except BaseException:
+                if driver.in_transaction:  # its ROLLBACK failed too: never pool it like this
+                    await conn.invalidate()
+                raise
+            return result
+
+        raw = self.engine.execution_options(omnipost_no_transaction=True)
+        async with self._write_lock:
+            return await self._run(raw, run, transaction=False)
+
+    async def write_on_driver(self, fn: Callable[[Any], Awaitable[T]]) -> T:
+        """Postgres: run ``fn`` with the asyncpg connection itself, outside any transaction, so
+        that the one statement ``fn`` runs is a transaction of its own: one round trip instead
+        of three (``engine.store.pg_hot`` says why). Errors are translated and retried as
+        ``write``'s are; a connection that failed is dropped from the pool."""
+
+        async def run(conn: AsyncConnection) -> T:
+            driver = (await conn.get_raw_connection()).driver_connection
+            try:
+                result: T = await fn(driver)
+            except asyncpg.PostgresError as err:
+                if isinstance(err, _PG_LOST):  # the server ended the session
+                    await _invalidate(conn)
+                raise
+            except BaseException:
+                # The connection was lost, the driver is in a state it cannot say, or the call
+                # was cancelled mid-statement: such a connection never goes back to the pool.
+                await _invalidate(conn)
+                raise
+            return result
+
+        return await self._run(self.engine, run, transaction=False)
+
     async def read(self, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
         """Run ``fn`` in one read transaction (deferred on SQLite, so it never waits on writers)."""
         return await self._run(self._reader, fn)
 
-    async def _run(self, engine: AsyncEngine, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+    async def _run(
+        self,
+        engine: AsyncEngine,
+        fn: Callable[[AsyncConnection], Awaitable[T]],
+        *,
+        transaction: bool = True,
+    ) -> T:
         for attempt in range(1, _RETRIES + 1):
             delay_s = STORE_RETRY.delay_s(attempt)
             try:
-                async with _translated(), engine.begin() as conn:
-                    return await fn(conn)
+                async with _translated(), engine.connect() as conn:
+                    if not transaction:
+                        return await fn(conn)
+                    async with conn.begin():
+                        return await fn(conn)
             except StoreUnavailable:
                 if attempt == _RETRIES:
                     raise
@@ -215,10 +277,51 @@ async def _translated() -> AsyncIterator[None]:
                 f"the store cannot be reached: {_first_line(err.orig)}."
             ) from err
         raise StoreError(f"the store refused a statement: {_first_line(err.orig)}.") from err
+    except sqlite3.Error as err:  # raised on the driver's thread (``write_in_thread``)
+        _translate_sqlite(err)
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError) as err:
+        _translate_asyncpg(err)
     except (OSError, ConnectionError) as err:
         raise StoreUnavailable(f"the store cannot be reached: {err.strerror or err}.") from err
     except exc.SQLAlchemyError as err:
         raise StoreError(f"the store failed: {_first_line(err)}.") from err
+
+
+def _translate_sqlite(err: sqlite3.Error) -> NoReturn:
+    """``sqlite3``'s own errors, as ``_translated`` says SQLAlchemy's."""
+    if isinstance(err, sqlite3.IntegrityError):
+        if "foreign key" in str(err).lower():
+            raise NotFound("that refers to a tenant or provider that does not exist.") from err
+        raise Conflict("that item already exists.") from err
+    if isinstance(err, sqlite3.OperationalError):
+        if "database is locked" in str(err):
+            raise _Locked from err
+        raise StoreUnavailable(f"the store cannot be reached: {_first_line(err)}.") from err
+    raise StoreError(f"the store refused a statement: {_first_line(err)}.") from err
+
+
+# What asyncpg raises when the server ended the session (terminated, shut down, restarting).
+_PG_LOST = (asyncpg.PostgresConnectionError, asyncpg.OperatorInterventionError)
+
+
+async def _invalidate(conn: AsyncConnection) -> None:
+    with contextlib.suppress(Exception):
+        await conn.invalidate()
+
+
+def _translate_asyncpg(
+    err: asyncpg.PostgresError | asyncpg.InterfaceError | asyncpg.InternalClientError,
+) -> NoReturn:
+    """asyncpg's own errors, as ``_translated`` says SQLAlchemy's."""
+    if isinstance(err, asyncpg.ForeignKeyViolationError):
+        raise NotFound("that refers to a tenant or provider that does not exist.") from err
+    if isinstance(err, asyncpg.UniqueViolationError):
+        raise Conflict("that item already exists.") from err
+    if isinstance(err, (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)):
+        raise _Locked from err
+    if isinstance(err, (*_PG_LOST, asyncpg.InterfaceError, asyncpg.InternalClientError)):
+        raise StoreUnavailable("the store connection was lost.") from err
+    raise StoreError(f"the store refused a statement: {_first_line(err)}.") from err
 
 
 async def _scalar(conn: AsyncConnection, sql: str) -> int:

@@ -6,6 +6,7 @@ which are keyed by the lease owner and attempt they hold.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -16,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.crypto import SecretBox
 from engine.domain import NotificationState, Outcome
+from engine.store import pg_hot, sqlite_hot
 from engine.store.database import Database, picked_once
 from engine.store.notify import CHANNEL
 from engine.store.reads import QueueReads
@@ -108,87 +110,50 @@ class QueueRepo(QueueReads):
         """Lease up to ``n`` due notifications of one key to ``owner``, highest priority first,
         then oldest. Each claim bumps ``attempt``: the fencing token its completion must show."""
         expires = now + lease_s
-        stmt = (
-            N.update()
-            .where(N.c.id.in_(self._pick(tenant_id, provider_id, n, now)))
-            .values(
-                state=_LEASED,
-                lease_owner=owner,
-                lease_expires_at=expires,
-                attempt=N.c.attempt + 1,
+        if self._db.is_sqlite:
+            rows: list[Any] = await self._db.write_in_thread(
+                functools.partial(
+                    sqlite_hot.claim,
+                    tenant_id=tenant_id,
+                    provider_id=provider_id,
+                    n=n,
+                    owner=owner,
+                    expires=expires,
+                    now=now,
+                )
             )
-            .returning(
-                N.c.id,
-                N.c.recipient,
-                N.c.payload,
-                N.c.idempotency_key,
-                N.c.attempt,
-                N.c.failures,
-                N.c.max_attempts,
-                N.c.enqueued_at,
+        else:
+            rows = await self._db.write_on_driver(
+                functools.partial(
+                    pg_hot.claim,
+                    tenant_id=tenant_id,
+                    provider_id=provider_id,
+                    n=n,
+                    owner=owner,
+                    expires=expires,
+                    now=now,
+                )
             )
-        )
-
-        async def tx(conn: AsyncConnection) -> list[Any]:
-            return list(await conn.execute(stmt))
-
-        rows = await self._db.write(tx)
+        decrypt, loads = self._box.decrypt, json.loads
         leased = [
             Leased(
-                id=r.id,
+                id=i,
                 tenant_id=tenant_id,
                 provider_id=provider_id,
-                recipient=self._box.decrypt(r.recipient),
-                payload=json.loads(r.payload),
-                idempotency_key=r.idempotency_key,
-                attempt=r.attempt,
-                failures=r.failures,
-                max_attempts=r.max_attempts,
-                enqueued_at=r.enqueued_at,
+                recipient=decrypt(recipient),
+                payload=loads(payload),
+                idempotency_key=key,
+                attempt=attempt,
+                failures=failures,
+                max_attempts=max_attempts,
+                enqueued_at=enqueued_at,
                 owner=owner,
                 lease_expires_at=expires,
             )
-            for r in rows
+            for i, recipient, payload, key, attempt, failures, max_attempts, enqueued_at in rows
         ]
         leased.sort(key=lambda item: item.id)
         return leased
-
-    def _pick(
-        self, tenant_id: int, provider_id: int, n: int, now: float
-    ) -> sa.Select[Any] | sa.TextualSelect:
-        """The ids a claim leases: up to ``n`` due rows of the key along the claim index, which
-        yields them in claim order and stops after ``n``. SQLite is told to use that index: on
-        its own (without statistics) it prefers ``ix_notifications_queued_due``, which matches
-        more of the WHERE clause, and then sorts the key's whole backlog on every claim."""
-        if self._db.is_sqlite:
-            return (
-                sa.text(
-                    "SELECT id FROM notifications INDEXED BY ix_notifications_claim"
-                    " WHERE state = :pick_state AND tenant_id = :pick_tenant"
-                    " AND provider_id = :pick_provider AND available_at <= :pick_now"
-                    " ORDER BY priority DESC, id LIMIT :pick_n"
-                )
-                .bindparams(
-                    pick_state=_QUEUED,
-                    pick_tenant=tenant_id,
-                    pick_provider=provider_id,
-                    pick_now=now,
-                    pick_n=n,
-                )
-                .columns(N.c.id)
-            )
-        pick = (
-            sa.select(N.c.id)
-            .where(
-                (N.c.state == _QUEUED)
-                & (N.c.tenant_id == tenant_id)
-                & (N.c.provider_id == provider_id)
-                & (N.c.available_at <= now)
-            )
-            .order_by(N.c.priority.desc(), N.c.id)
-            .limit(n)
-        )
-        return picked_once(pick, is_sqlite=False)
 
     async def renew(self, owner: str, *, lease_s: float, now: float) -> int:
         """Extend every lease ``owner`` holds; returns how many it still holds."""
@@ -250,12 +215,29 @@ class QueueRepo(QueueReads):
             applied = [c.leased.id in ok for c in completions]
             log_rows = [_log_row(c, worker) for c in completions if c.leased.id in ok]
             if log_rows:
-                await conn.execute(delivery_log.insert(), log_rows)
+                await conn.execute(_LOG_INSERT, log_rows)
             return applied
 
         if len({c.leased.id for c in completions}) != len(completions):
             raise ValueError("a batch of completions must not name a notification twice")
-        return await self._db.write(tx) if completions else []
+        if not completions:
+            return []
+        if _all_delivered_by_one(completions):
+            return await self._deliver(completions, worker)
+        return await self._db.write(tx)
+
+    async def _deliver(self, done: Sequence[Completion], worker: str) -> list[bool]:
+        """The common batch (every one delivered, one lease owner): the same writes as
+        ``complete``'s, in one trip to SQLite's driver thread or one statement on Postgres."""
+        if self._db.is_sqlite:
+            ok = await self._db.write_in_thread(
+                functools.partial(sqlite_hot.deliver, completions=done, worker=worker)
+            )
+        else:
+            ok = await self._db.write_on_driver(
+                functools.partial(pg_hot.deliver, completions=done, worker=worker)
+            )
+        return [c.leased.id in ok for c in done]
 
     async def reap(self, now: float) -> int:
         """Return every expired lease to the queue; the next claim bumps its attempt."""
@@ -300,6 +282,13 @@ def _dead(tenant_id: int, ids: Sequence[int] | None) -> sa.ColumnElement[bool]:
     return cond if ids is None else cond & N.c.id.in_(list(ids))
 
 
+def _all_delivered_by_one(completions: Sequence[Completion]) -> bool:
+    owner = completions[0].leased.owner
+    return all(
+        c.state is NotificationState.DELIVERED and c.leased.owner == owner for c in completions
+    )
+
+
 def _fenced(item: Leased, owner: str) -> sa.Update:
     return N.update().where(
         (N.c.id == item.id)
@@ -309,28 +298,39 @@ def _fenced(item: Leased, owner: str) -> sa.Update:
     )
 
 
-async def _apply_delivered(conn: AsyncConnection, batch: Sequence[Completion]) -> set[int]:
-    owner = batch[0].leased.owner
-    pairs = sorted((c.leased.id, c.leased.attempt) for c in batch)
-    stmt = (
-        N.update()
-        .where(
-            # The plain id list lets SQLite (after ANALYZE) look rows up by rowid; the pairs
-            # are the fence.
-            N.c.id.in_([pair[0] for pair in pairs])
-            & sa.tuple_(N.c.id, N.c.attempt).in_(pairs)
-            & (N.c.lease_owner == owner)
-            & (N.c.state == _LEASED)
-        )
-        .values(
-            state=NotificationState.DELIVERED.value,
-            lease_owner=None,
-            lease_expires_at=None,
-            finished_at=max(c.ts for c in batch),
-        )
-        .returning(N.c.id)
+# The grouped acknowledgement, built once: SQLAlchemy then finds its compiled form without
+# building and hashing a new statement per batch. The plain id list lets SQLite (after
+# ANALYZE) look rows up by rowid; the (id, attempt) pairs are the fence.
+_DELIVER = (
+    N.update()
+    .where(
+        N.c.id.in_(sa.bindparam("ack_ids", expanding=True))
+        & sa.tuple_(N.c.id, N.c.attempt).in_(sa.bindparam("ack_pairs", expanding=True))
+        & (N.c.lease_owner == sa.bindparam("ack_owner"))
+        & (N.c.state == sa.bindparam("ack_state"))
     )
-    return {row.id for row in await conn.execute(stmt)}
+    .values(
+        state=sa.bindparam("new_state"),
+        lease_owner=None,
+        lease_expires_at=None,
+        finished_at=sa.bindparam("new_finished"),
+    )
+    .returning(N.c.id)
+)
+_LOG_INSERT = delivery_log.insert()
+
+
+async def _apply_delivered(conn: AsyncConnection, batch: Sequence[Completion]) -> set[int]:
+    pairs = sorted((c.leased.id, c.leased.attempt) for c in batch)
+    params = {
+        "ack_ids": [pair[0] for pair in pairs],
+        "ack_pairs": pairs,
+        "ack_owner": batch[0].leased.owner,
+        "ack_state": _LEASED,
+        "new_state": NotificationState.DELIVERED.value,
+        "new_finished": max(c.ts for c in batch),
+    }
+    return {row.id for row in await conn.execute(_DELIVER, params)}
 
 
 async def _apply(conn: AsyncConnection, c: Completion) -> bool:

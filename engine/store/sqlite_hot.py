@@ -1,0 +1,140 @@
+"""The claim and the acknowledgement of deliveries on SQLite, each one trip to its thread.
+
+aiosqlite runs every driver call on the connection's own thread, and SQLAlchemy makes several
+calls per statement (cursor, execute, fetch, close), so a claim through SQLAlchemy is about
+eight trips there and back and an acknowledgement eleven. Each trip hands the GIL between
+two threads, which on a busy machine costs more than the statements themselves. These
+functions take a plain ``sqlite3.Connection`` and run a whole transaction (``BEGIN
+IMMEDIATE``, the statements, ``COMMIT``) in one call, which ``Database.write_in_thread``
+sends to that thread as one trip.
+
+The statements are the store's own, written out: the claim along ``ix_notifications_claim``
+(see ``QueueRepo._pick``), the acknowledgement fenced on owner and attempt with the plain id
+list beside the pairs (see ``_apply_delivered``), and the delivery-log rows. The counts kept
+by triggers change in the same transaction, as they do through SQLAlchemy. The contract tests
+run both stores through these.
+"""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from engine.domain import NotificationState
+from engine.store.records import Completion
+
+__all__ = ["CHUNK", "CLAIM_SQL", "LOG_SQL", "claim", "deliver", "deliver_sql"]
+
+_QUEUED = NotificationState.QUEUED.value
+_LEASED = NotificationState.LEASED.value
+_DELIVERED = NotificationState.DELIVERED.value
+
+CHUNK = 500  # pairs per grouped update: 1,504 parameters, far below SQLite's limit
+
+CLAIM_SQL = (
+    "UPDATE notifications SET state = :leased, lease_owner = :owner,"
+    " lease_expires_at = :expires, attempt = attempt + 1"
+    " WHERE id IN (SELECT id FROM notifications INDEXED BY ix_notifications_claim"
+    " WHERE state = :queued AND tenant_id = :tenant AND provider_id = :provider"
+    " AND available_at <= :now ORDER BY priority DESC, id LIMIT :n)"
+    " RETURNING id, recipient, payload, idempotency_key, attempt, failures, max_attempts,"
+    " enqueued_at"
+)
+
+LOG_SQL = (
+    "INSERT INTO delivery_log (notification_id, tenant_id, provider_id, attempt, outcome,"
+    " detail, worker, ts, latency_s, send_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+@functools.lru_cache(maxsize=64)
+def deliver_sql(n: int) -> str:
+    """The grouped update to delivered of ``n`` (id, attempt) pairs, as ``_apply_delivered``
+    writes it: the plain id list lets SQLite look the rows up by rowid; the pairs fence."""
+    ids = ", ".join(["?"] * n)
+    pairs = ", ".join(["(?, ?)"] * n)
+    return (
+        "UPDATE notifications SET state = ?, lease_owner = NULL, lease_expires_at = NULL,"
+        f" finished_at = ? WHERE id IN ({ids}) AND (id, attempt) IN (VALUES {pairs})"
+        " AND lease_owner = ? AND state = ? RETURNING id"
+    )
+
+
+def _transaction(conn: sqlite3.Connection) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+
+
+def claim(
+    conn: sqlite3.Connection,
+    tenant_id: int,
+    provider_id: int,
+    n: int,
+    owner: str,
+    expires: float,
+    now: float,
+) -> list[tuple[Any, ...]]:
+    """Lease up to ``n`` due rows of one key to ``owner`` until ``expires``; returns the leased
+    rows (id, recipient, payload, idempotency_key, attempt, failures, max_attempts,
+    enqueued_at)."""
+    args = {
+        "leased": _LEASED,
+        "owner": owner,
+        "expires": expires,
+        "queued": _QUEUED,
+        "tenant": tenant_id,
+        "provider": provider_id,
+        "now": now,
+        "n": n,
+    }
+    _transaction(conn)
+    try:
+        rows = conn.execute(CLAIM_SQL, args).fetchall()
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return rows
+
+
+def deliver(conn: sqlite3.Connection, completions: Sequence[Completion], worker: str) -> set[int]:
+    """Mark ``completions`` (every one delivered, all of one lease owner) delivered where the
+    lease still holds (same owner, same attempt, still leased), and write a delivery-log row
+    for each of those; returns the ids applied. One transaction."""
+    ordered = sorted(completions, key=lambda c: c.leased.id)
+    owner = ordered[0].leased.owner
+    finished_at = max(c.ts for c in ordered)
+    _transaction(conn)
+    try:
+        applied: set[int] = set()
+        for start in range(0, len(ordered), CHUNK):
+            chunk = ordered[start : start + CHUNK]
+            params: list[Any] = [_DELIVERED, finished_at]
+            params += [c.leased.id for c in chunk]
+            for c in chunk:
+                params += (c.leased.id, c.leased.attempt)
+            params += [owner, _LEASED]
+            applied.update(row[0] for row in conn.execute(deliver_sql(len(chunk)), params))
+        conn.executemany(LOG_SQL, [_log_row(c, worker) for c in ordered if c.leased.id in applied])
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return applied
+
+
+def _log_row(c: Completion, worker: str) -> tuple[Any, ...]:
+    leased = c.leased
+    return (
+        leased.id,
+        leased.tenant_id,
+        leased.provider_id,
+        leased.attempt,
+        c.outcome.value,
+        c.detail[:500],
+        worker,
+        c.ts,
+        c.latency_s,
+        c.send_s,
+    )

@@ -1,0 +1,44 @@
+"""The hot claim and acknowledgement run on the drivers themselves (``write_in_thread`` on
+SQLite, ``write_on_driver`` on Postgres), so the drivers' own errors must come out as the
+store's errors, as SQLAlchemy's do: a table of each kind, and the one retried (locked)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import asyncpg
+import pytest
+
+from engine.errors import Conflict, NotFound, StoreError, StoreUnavailable
+from engine.store.database import _Locked, _translated
+
+
+@pytest.mark.parametrize(
+    ("raised", "expected"),
+    [
+        (sqlite3.OperationalError("database is locked"), _Locked),
+        (sqlite3.OperationalError("disk I/O error"), StoreUnavailable),
+        (sqlite3.IntegrityError("FOREIGN KEY constraint failed"), NotFound),
+        (sqlite3.IntegrityError("UNIQUE constraint failed: notifications.id"), Conflict),
+        (sqlite3.DatabaseError("file is not a database"), StoreError),
+        (asyncpg.DeadlockDetectedError("deadlock detected"), _Locked),
+        (asyncpg.SerializationError("could not serialize access"), _Locked),
+        (asyncpg.ForeignKeyViolationError("violates foreign key constraint"), NotFound),
+        (asyncpg.UniqueViolationError("duplicate key value"), Conflict),
+        (asyncpg.AdminShutdownError("terminating connection"), StoreUnavailable),
+        (asyncpg.InterfaceError("connection is closed"), StoreUnavailable),
+        (asyncpg.ConnectionDoesNotExistError("connection was closed"), StoreUnavailable),
+        (asyncpg.InternalClientError("cannot switch to state 12"), StoreUnavailable),
+        (asyncpg.UndefinedColumnError("column x does not exist"), StoreError),
+    ],
+)
+async def test_driver_errors_become_the_stores_errors(
+    raised: Exception, expected: type[Exception]
+) -> None:
+    with pytest.raises(expected) as caught:
+        async with _translated():
+            raise raised
+    assert caught.value.__cause__ is raised
+    if isinstance(caught.value, StoreError):
+        assert "Traceback" not in caught.value.message
+        assert caught.value.message.endswith(".")
