@@ -15,7 +15,8 @@ On Postgres, three sides, each in its own fresh database, with the same N and co
   claimer keeps at most ``concurrency`` rows leased, claiming up to ``batch`` at a time and
   decrypting each claimed recipient (work the engine must do for every send); an
   acknowledger writes them back as delivered (one statement per at most 256: the grouped
-  UPDATE and the delivery-log rows) as soon as they arrive. The same rows as the engine's, enqueued the same.
+  UPDATE and the delivery-log rows) as soon as they arrive. The same rows as the engine's,
+  enqueued the same.
 
 Then, on Postgres, a batch-size sweep against PgQueuer (the fastest Python queue on Postgres
 we know of), each run in its own fresh database, in every commit mode, with a larger N:
@@ -32,8 +33,8 @@ Per side the JSON gives every B's median and spread, the best B, and the ratios 
 PgQueuer at each side's best B and of the enqueue rates.
 
 On SQLite the engine runs beside the same statements (``engine.store.sqlite_hot``'s) issued
-with the stdlib ``sqlite3`` module (claim a batch, decrypt its recipients, acknowledge it, repeat: SQLite has one writer
-at a time anyway).
+with the stdlib ``sqlite3`` module (claim a batch, decrypt its recipients, acknowledge it,
+repeat: SQLite has one writer at a time anyway).
 
 Sides alternate within each repeat; the JSON gives each side's median and spread and the
 ratios of the medians. A probe then times one claim of 32 and its acknowledgement alone, back
