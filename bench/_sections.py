@@ -508,4 +508,15 @@ def micro(bucket: Data | None, redis: Data | None) -> Context | None:
                     x(r["reserve_over_ceiling"]),
                 ]
             )
+    drain = redis.get("drain")
+    if drain:
+        rows.append(
+            [
+                f"`bench/redis_limiter.py`: a drain of {n(drain['count'])} on SQLite with the"
+                " `RedisLimiter`",
+                f"{n(drain['redis']['median_per_s'])}/s",
+                f"with the `LocalLimiter`: {n(drain['local']['median_per_s'])}/s",
+                x(drain["redis_over_local"]),
+            ]
+        )
     return {"rows": rows} if rows else None

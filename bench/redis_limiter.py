@@ -5,9 +5,16 @@ Both go through one ``redis.asyncio`` client, once with 1 task (a round trip at 
 once with 16 concurrent tasks. Limits are high enough that every reservation succeeds, so
 the limiter takes its common path: read, refill and debit 3 buckets and write them back.
 Runs alternate between the two so drift hits both alike. Keys live under a fresh prefix and
-are deleted afterwards. Prints JSON.
+are deleted afterwards.
+
+Then a drain with each limiter: ``--drain-count`` notifications of one tenant (a limit of
+1,000,000/s, so its buckets are read and written on every claim but never hold a send back)
+through the engine on a fresh SQLite store, concurrency and batch 32, a no-op provider, timed
+from ``start()`` to the last delivery written; ``local`` with the ``LocalLimiter``, ``redis``
+with a ``RedisLimiter`` on the same server, alternating, ``--repeat`` times each. Prints JSON.
 
     .venv/bin/python bench/redis_limiter.py [--redis URL] [--seconds S] [--repeat R]
+        [--drain-count N]
 """
 
 from __future__ import annotations
@@ -18,10 +25,12 @@ import json
 import os
 import platform
 import statistics
+import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 
+from _common import fill, open_engine, wait_delivered
 from redis.asyncio import Redis
 
 from engine.clock import SystemClock
@@ -95,6 +104,45 @@ async def run(url: str, seconds: float, repeat: int) -> dict[str, object]:
         await client.aclose()
 
 
+async def drain_once(url: str, count: int, backend: str) -> float:
+    """Notifications per second drained by a fresh engine on a fresh SQLite store."""
+    client = Redis.from_url(url) if backend == "redis" else None
+    prefix = f"omnipost-bench-{uuid.uuid4().hex[:8]}"
+    limiter = None
+    if client is not None:
+        limiter = RedisLimiter(client, clock=SystemClock(), prefix=prefix)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            async with open_engine(
+                f"sqlite:///{tmp}/drain.db", limiter=limiter, limiter_backend=backend
+            ) as b:
+                await fill(b.engine, "bench", count, limit=Limit(1e6, 1e6))
+                start = time.perf_counter()
+                await b.engine.start()
+                if not await wait_delivered(b.engine, count, timeout_s=300):
+                    raise RuntimeError(f"the {backend} drain did not finish")
+                return count / (time.perf_counter() - start)
+    finally:
+        if client is not None:
+            keys = [key async for key in client.scan_iter(match=f"{prefix}:*")]
+            if keys:
+                await client.delete(*keys)
+            await client.aclose()
+
+
+async def drains(url: str, count: int, repeat: int) -> dict[str, object]:
+    samples: dict[str, list[float]] = {"local": [], "redis": []}
+    for i in range(repeat):
+        for backend in ("local", "redis") if i % 2 == 0 else ("redis", "local"):
+            samples[backend].append(await drain_once(url, count, backend))
+    ratio = statistics.median(samples["redis"]) / statistics.median(samples["local"])
+    return {
+        "count": count,
+        **{name: summary(values) for name, values in samples.items()},
+        "redis_over_local": round(ratio, 3),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -102,8 +150,13 @@ def main() -> None:
     )
     parser.add_argument("--seconds", type=float, default=1.0, help="length of one run")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each, alternating")
+    parser.add_argument(
+        "--drain-count", type=int, default=10_000, help="notifications per drain (0: no drains)"
+    )
     args = parser.parse_args()
     results = asyncio.run(run(args.redis, args.seconds, args.repeat))
+    if args.drain_count > 0:
+        results["drain"] = asyncio.run(drains(args.redis, args.drain_count, args.repeat))
     results["python"] = platform.python_version()
     results["keys_per_reservation"] = 3
     print(json.dumps(results, indent=2))

@@ -23,7 +23,7 @@ from engine.domain import BucketKey, Limit
 from engine.envelope import worst_span
 from engine.errors import ConfigError
 from engine.limiter import Reservation
-from engine.redis_limiter import RedisLimiter
+from engine.redis_limiter import PEERS_EVERY_S, RedisLimiter
 from tests.redis_server import RedisServer, redis_server_binary
 from tests.support import missing
 from tests.test_limiter_contract import (
@@ -197,6 +197,32 @@ async def test_a_limit_set_by_one_process_is_seen_by_another(
         assert await other_client.ping()
     finally:
         await other_client.aclose()
+
+
+async def test_a_process_writes_itself_into_the_peers_a_few_times_a_second_not_every_time(
+    make: Make, client: Redis, prefix: str
+) -> None:
+    """The set of processes that reserved lately is written on a process's first reservation
+    and then at most every ``PEERS_EVERY_S`` of its clock, not on each of its reservations."""
+    clock = FakeClock(start=100.0)
+    limiter = await make(clock=clock)
+    await limiter.configure(TENANT, Limit(1000.0, 1000.0))
+    peers = f"{prefix}:peers:v2"
+
+    async def seen_at() -> float:
+        rows = cast(list[tuple[bytes, float]], await client.zrange(peers, 0, -1, withscores=True))
+        [(_, score)] = rows  # this process alone
+        return float(score)
+
+    assert (await limiter.reserve([TENANT], 1)).granted == 1
+    first = await seen_at()
+    await asyncio.sleep(0.02)  # Redis's clock moves on; this process's does not
+    for _ in range(5):
+        assert (await limiter.reserve([TENANT], 1)).granted == 1
+    assert await seen_at() == first
+    clock.advance(PEERS_EVERY_S)
+    assert (await limiter.reserve([TENANT], 1)).granted == 1
+    assert await seen_at() > first
 
 
 async def test_a_script_missing_from_the_server_is_loaded_again(make: Make) -> None:

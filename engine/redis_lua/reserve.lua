@@ -1,20 +1,24 @@
 -- KEYS: the seed marker, the set of processes that reserved lately, then each bucket of a send.
--- ARGV: n, the tokens asked for (> 0); this process's name in that set; how many seconds a
--- process stays in it after its last reservation.
+-- ARGV: n, the tokens asked for (> 0); this process's name in that set, or '' to leave the set
+-- alone this time (a process writes it a few times a second, not on every reservation); how
+-- many seconds a process stays in it after its last reservation.
 -- Returns {granted, wait_s, processes}: wait_s a string ('-1' for never), processes how many
 -- reserved within that time, this one included (the share each falls back to if Redis goes
--- away). Or {-1, '0', 0} when the marker is gone: Redis lost its data (restart, flush) and the
--- caller must seed it again.
+-- away), or -1 when the set was left alone. Or {-1, '0', 0} when the marker is gone: Redis lost
+-- its data (restart, flush) and the caller must seed it again.
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {-1, '0', 0}
 end
 local n = tonumber(ARGV[1])
 local now = now_s()
-local seen_s = tonumber(ARGV[3])
-redis.call('ZADD', KEYS[2], str(now), ARGV[2])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. str(now - seen_s))
-redis.call('PEXPIRE', KEYS[2], ms(seen_s))
-local processes = redis.call('ZCARD', KEYS[2])
+local processes = -1
+if ARGV[2] ~= '' then
+  local seen_s = tonumber(ARGV[3])
+  redis.call('ZADD', KEYS[2], str(now), ARGV[2])
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. str(now - seen_s))
+  redis.call('PEXPIRE', KEYS[2], ms(seen_s))
+  processes = redis.call('ZCARD', KEYS[2])
+end
 local buckets, keys, blocked, granted = {}, {}, 0, n
 for i = 3, #KEYS do
   local f = fields(KEYS[i])
