@@ -101,7 +101,9 @@ class Completer:
         # row by row and counted as takeovers, and each would then drop a batch.
         async with self._flushing:
             while self._done:
-                batch = sorted(self._done[: self._batch], key=lambda c: c.leased.id)
+                batch = self._done[: self._batch]
+                if len(batch) > 1:
+                    batch.sort(key=lambda c: c.leased.id)
                 applied = await self._queue.complete(batch, worker=self.owner)
                 del self._done[: len(batch)]
                 self._on_applied(batch, applied)

@@ -45,6 +45,7 @@ __all__ = ["Dispatcher", "DispatcherSettings"]
 log = logging.getLogger(__name__)
 
 Key = tuple[int, int]  # (tenant id, provider id)
+_NOT_HERE = SendResult.transient("provider is not available in this worker")  # frozen: shared
 _T = TypeVar("_T")
 
 
@@ -194,17 +195,16 @@ class Dispatcher:
         keys = self._keys
         self._starved = False
         held = HeldBuckets()  # found empty this round: the keys behind them wait
-        not_before = self._not_before
-        for key in round_robin(keys, self._last):
-            until = not_before.get(key)
-            if until is not None and until > mono:
-                # Its buckets said when they grant again; asking sooner gets nothing.
-                wait_s = min(wait_s, until - mono)
-                continue
-            held_s = held.for_s(key)
-            if held_s is not None:
-                wait_s = min(wait_s, held_s)
-                continue
+        order = round_robin(keys, self._last)
+        index = 0
+        while True:
+            # Passed over: keys whose buckets said when they grant again (asking sooner gets
+            # nothing), and keys behind a bucket found empty this round.
+            index, wait_s = held.skip(order, index, self._not_before, mono, wait_s)
+            if index == len(order):
+                break
+            key = order[index]
+            index += 1
             free = self.concurrency - self._work.qsize() - self._busy
             if free <= 0:
                 self._starved = True  # a send that ends wakes the loop
@@ -330,7 +330,7 @@ class Dispatcher:
         tenant = self._dir.tenants.get(item.tenant_id)
         record = self._dir.providers.get(item.provider_id)
         provider = self._dir.instances.get(item.provider_id)
-        result = SendResult.transient("provider is not available in this worker")
+        result = _NOT_HERE
         send_s: float | None = None
         if tenant is not None and record is not None and provider is not None:
             message = Message(

@@ -16,6 +16,10 @@ from engine.ratelimit import TokenBucket, whole
 
 __all__ = ["LocalLimiter"]
 
+# Per tuple of keys: the keys without repeats, their configured buckets, the full grants.
+_Plan = tuple[tuple[BucketKey, ...], list[tuple[BucketKey, TokenBucket]], dict[int, Reservation]]
+_MAX_PLANS = 4096  # tuples of keys remembered; more are forgotten all at once
+
 
 class LocalLimiter:
     """A ``Limiter`` for one process and one event loop (not thread-safe).
@@ -28,9 +32,11 @@ class LocalLimiter:
         self._clock = clock
         self._buckets: dict[BucketKey, TokenBucket] = {}
         self._blocked_until: dict[BucketKey, float] = {}
+        self._plans: dict[int, tuple[tuple[BucketKey, ...], _Plan]] = {}  # see ``_plan``
 
     def configure_at(self, now: float, key: BucketKey, limit: Limit | None) -> None:
         """Remove (None), change live (level kept, clamped to the new burst) or add (full)."""
+        self._plans.clear()  # they name the configured buckets
         bucket = self._buckets.get(key)
         if limit is None:
             self._buckets.pop(key, None)
@@ -42,7 +48,7 @@ class LocalLimiter:
     def reserve_at(self, now: float, keys: Sequence[BucketKey], n: int) -> Reservation:
         """Grant ``min(n, whole tokens in every configured bucket)``, 0 if any key is blocked,
         and debit that from each configured bucket. See ``Reservation`` for ``wait_s``."""
-        unique = tuple(dict.fromkeys(keys))  # a key named twice is still one bucket
+        unique, configured, full = self._plan(keys)
         if n <= 0:
             return Reservation(unique, 0)
         blocked: tuple[BucketKey, ...] = ()
@@ -52,27 +58,56 @@ class LocalLimiter:
             blocked = tuple(key for key, hold_s in holds if hold_s > 0)
             blocked_s = max(hold_s for _, hold_s in holds)
         granted = 0 if blocked else n
-        configured = []  # (key, bucket, whole tokens there now)
-        for key in unique:
-            bucket = self._buckets.get(key)
-            if bucket is not None:
-                tokens = whole(bucket.tokens_at(now))
-                configured.append((key, bucket, tokens))
-                granted = min(granted, tokens)
+        levels = []  # whole tokens in each configured bucket now
+        for _, bucket in configured:
+            tokens = whole(bucket.tokens_at(now))
+            levels.append(tokens)
+            granted = min(granted, tokens)
         if granted > 0:
-            for _, bucket, _ in configured:
+            for _, bucket in configured:
                 bucket.try_take(now, granted)
         if granted == n:
-            return Reservation(unique, granted)
-        refills = {key: bucket.wait_s(now, 1.0) for key, bucket, _ in configured}
-        wait_s = max([blocked_s, *refills.values()])
+            found = full.get(n)  # the common case: once per send, the same few again
+            if found is None:
+                found = full[n] = Reservation(unique, n)
+            return found
+        # Short: until every bucket has a token again, and which held it (the blocked ones,
+        # else the emptiest: no more whole tokens than were granted).
+        wait_s = blocked_s
+        held_by: list[BucketKey] = []
+        held_for_s: list[float] = []
+        for (key, bucket), tokens in zip(configured, levels, strict=True):
+            refill_s = bucket.wait_s(now, 1.0)
+            wait_s = max(wait_s, refill_s)
+            if tokens == granted and not blocked:
+                held_by.append(key)
+                held_for_s.append(refill_s)
         if blocked:
-            held_by = blocked
-            held_for_s = tuple(self._blocked_for(now, key) for key in blocked)
-        else:
-            held_by = tuple(key for key, _, tokens in configured if tokens == granted)
-            held_for_s = tuple(refills[key] for key in held_by)
-        return Reservation(unique, granted, wait_s, held_by, held_for_s)
+            held_by = list(blocked)
+            held_for_s = [self._blocked_for(now, key) for key in blocked]
+        return Reservation(unique, granted, wait_s, tuple(held_by), tuple(held_for_s))
+
+    def _plan(self, keys: Sequence[BucketKey]) -> _Plan:
+        """``keys`` without repeats, their configured buckets (in that order), and the full
+        grants made for them so far: a ``Reservation`` is an immutable value, and one made
+        once is as good as a new one. Kept per tuple of keys until a limit is configured,
+        found by the tuple's identity (a dispatcher asks with the same few tuples again and
+        again; hashing one would hash each key); worked out afresh for anything else."""
+        if not isinstance(keys, tuple):
+            return self._work_out(keys)
+        kept = self._plans.get(id(keys))
+        if kept is not None and kept[0] is keys:  # kept holds it: its id is not reused
+            return kept[1]
+        if len(self._plans) >= _MAX_PLANS:
+            self._plans.clear()
+        plan = self._work_out(keys)
+        self._plans[id(keys)] = (keys, plan)
+        return plan
+
+    def _work_out(self, keys: Sequence[BucketKey]) -> _Plan:
+        unique = tuple(dict.fromkeys(keys))  # a key named twice is still one bucket
+        configured = [(key, self._buckets[key]) for key in unique if key in self._buckets]
+        return unique, configured, {}
 
     def refund_at(self, now: float, reservation: Reservation, n: int) -> None:
         """Give back up to ``reservation.granted`` tokens to each of its configured buckets,

@@ -169,11 +169,17 @@ class MemoryQueue:
         """Enqueue ``n`` notifications of one key, due at once."""
         key = (tenant_id, provider_id)
         due = self._due.setdefault(key, [])
-        for _ in range(n):
-            row = _Row(self._next_id, tenant_id, provider_id, priority, now)
-            self._rows[row.id] = row
-            heapq.heappush(due, (-priority, row.id))
-            self._next_id += 1
+        first = self._next_id
+        self._next_id += max(n, 0)
+        rows = self._rows
+        for row_id in range(first, self._next_id):
+            rows[row_id] = _Row(row_id, tenant_id, provider_id, priority, now)
+        entries = [(-priority, row_id) for row_id in range(first, self._next_id)]
+        if not due:
+            due.extend(entries)  # ascending: already the heap the pushes would have built
+        else:
+            for entry in entries:
+                heapq.heappush(due, entry)
         self._queued[key] = self._queued.get(key, 0) + n
         self._ledger.enqueued(tenant_id, n, now)
 
@@ -204,33 +210,36 @@ class MemoryQueue:
         self, tenant_id: int, provider_id: int, n: int, *, owner: str, lease_s: float, now: float
     ) -> list[Leased]:
         key = (tenant_id, provider_id)
-        self._promote(key, now)
+        if self._later.get(key):
+            self._promote(key, now)
         due = self._due.get(key)
         leased: list[Leased] = []
+        rows, max_attempts, expires_at = self._rows, self._max_attempts, now + lease_s
         while due and len(leased) < n:
             _, row_id = heapq.heappop(due)
-            row = self._rows[row_id]
+            row = rows[row_id]
             row.state = _LEASED
             row.owner = owner
             row.attempt += 1
             leased.append(
                 Leased(
-                    id=row.id,
+                    id=row_id,
                     tenant_id=tenant_id,
                     provider_id=provider_id,
                     recipient="",
                     payload={},
-                    idempotency_key=f"plan-{row.id}",
+                    idempotency_key=f"plan-{row_id}",
                     attempt=row.attempt,
                     failures=row.failures,
-                    max_attempts=self._max_attempts,
+                    max_attempts=max_attempts,
                     enqueued_at=row.enqueued_at,
                     owner=owner,
-                    lease_expires_at=now + lease_s,
+                    lease_expires_at=expires_at,
                 )
             )
         self._queued[key] -= len(leased)
-        leased.sort(key=lambda item: item.id)
+        if len(leased) > 1:
+            leased.sort(key=lambda item: item.id)
         return leased
 
     def _holds(self, item: Leased, owner: str) -> _Row | None:

@@ -7,7 +7,7 @@ The dispatcher only carries these decisions out; tests check them as tables.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -87,13 +87,16 @@ class Decision:
     throttle_s: float | None = None  # hold the provider's bucket empty this long
 
 
+_DELIVERED = Decision(NotificationState.DELIVERED)  # a frozen value: one serves every send
+
+
 def decide(
     result: SendResult, *, failures: int, max_attempts: int, policy: RetryPolicy, rand: float
 ) -> Decision:
     """What happens to a notification after one send; ``failures`` counts earlier transient
     failures, so this send is attempt ``failures + 1`` of ``max_attempts``."""
     if result.outcome is Outcome.DELIVERED:
-        return Decision(NotificationState.DELIVERED)
+        return _DELIVERED
     if result.outcome is Outcome.THROTTLED:
         wait_s = result.retry_after_s
         if wait_s is None or math.isnan(wait_s) or wait_s < 0:
@@ -147,3 +150,36 @@ class HeldBuckets:
             if held is not None and (best is None or held < best):
                 best = held
         return best
+
+    def skip(
+        self,
+        keys: Sequence[tuple[int, int]],
+        start: int,
+        not_before: Mapping[tuple[int, int], float],
+        now: float,
+        wait_s: float,
+    ) -> tuple[int, float]:
+        """Pass over the keys from ``keys[start]`` on that a round does not ask: those whose
+        buckets said they grant nothing before ``not_before[key]`` (a monotonic time later
+        than ``now``), and those behind a bucket found empty (``for_s``). Returns the index
+        of the first key to ask (``len(keys)``: none) and ``wait_s`` lowered to the soonest
+        of the passed-over keys' waits. A round asks this once per key it serves rather
+        than once per key: most keys of most rounds wait behind a shared bucket."""
+        # Hot: a round of a plan passes over a dozen keys per send. Hence the lean loop, and
+        # ``x if x < wait_s else wait_s``, which is ``min(wait_s, x)`` without the call.
+        shared = not (self._tenants or self._pairs)  # only providers' buckets held, if any
+        held = bool(self._providers) or not shared
+        until_of, provider_s = not_before.get, self._providers.get
+        index = start
+        for key in keys[start:]:
+            until = until_of(key)
+            if until is not None and until > now:
+                until_s = until - now
+                wait_s = until_s if until_s < wait_s else wait_s
+            else:
+                for_s = (provider_s(key[1]) if shared else self.for_s(key)) if held else None
+                if for_s is None:
+                    return index, wait_s
+                wait_s = for_s if for_s < wait_s else wait_s
+            index += 1
+        return index, wait_s

@@ -171,14 +171,18 @@ class Telemetry:
         """One completion written back; ``pair`` (tenant, provider) names, when known, is also
         counted on its own, and its provider's delivery latency histogram gets ``latency_s``."""
         second = int(self._clock.monotonic())
-        if not self._per_second or self._per_second[-1][0] != second:
-            self._per_second.append((second, {}))
-        counts = self._per_second[-1][1]
+        per_second = self._per_second
+        if not per_second or per_second[-1][0] != second:
+            per_second.append((second, {}))
+        counts = per_second[-1][1]
         counts[outcome] = counts.get(outcome, 0) + 1
         name = _counter(outcome, dead=dead)
         self._totals[name] += 1
         if pair is not None:
-            self._pairs.setdefault(pair, dict.fromkeys(_OUTCOME_COUNTERS, 0))[name] += 1
+            paired = self._pairs.get(pair)
+            if paired is None:
+                paired = self._pairs[pair] = dict.fromkeys(_OUTCOME_COUNTERS, 0)
+            paired[name] += 1
         if outcome is Outcome.DELIVERED and latency_s is not None:
             self._latencies.append(latency_s)
             if pair is not None:

@@ -12,15 +12,27 @@ engine's parts read it through.
 from __future__ import annotations
 
 import asyncio
+import collections
+import heapq
 import selectors
+import sys
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from contextvars import Context
+from typing import Any, TypeVar, TypeVarTuple, Unpack
 
 from engine.clock import SystemClock
 
 __all__ = ["LoopClock", "run_virtual"]
 
 T = TypeVar("T")
+_Ts = TypeVarTuple("_Ts")
+
+# asyncio.base_events' own thresholds, which ``_VirtualLoop._run_once`` follows.
+_MIN_SCHEDULED = 100  # _MIN_SCHEDULED_TIMER_HANDLES
+_MIN_CANCELLED = 0.5  # _MIN_CANCELLED_TIMER_HANDLES_FRACTION
+_MAX_SELECT_S = 24 * 3600  # MAXIMUM_SELECT_TIMEOUT
+# The Pythons whose asyncio internals ``_LeanVirtualLoop`` and ``LoopClock`` were checked on.
+LEAN = sys.version_info[:2] in ((3, 11), (3, 12), (3, 13))
 
 
 class Deadlock(RuntimeError):
@@ -60,6 +72,8 @@ def _fd(fileobj: Any) -> int:
 
 
 class _VirtualLoop(asyncio.SelectorEventLoop):
+    """asyncio's selector loop on ``_Timeless``."""
+
     def __init__(self) -> None:
         self._timeless = _Timeless()
         super().__init__(self._timeless)
@@ -68,27 +82,207 @@ class _VirtualLoop(asyncio.SelectorEventLoop):
         return self._timeless.now
 
 
+class _LeanVirtualLoop(_VirtualLoop):
+    """``_VirtualLoop`` with a leaner loop iteration (a plan runs several per send) that keeps
+    asyncio's order of callbacks exactly. It reads and writes asyncio's private state, as
+    CPython 3.11 to 3.13 keep it; on any other version ``run_virtual`` uses ``_VirtualLoop``,
+    and ``tests/test_planner.py`` checks that both give the same plans.
+
+    Its timers are asyncio's ``TimerHandle``s on a heap, as in ``BaseEventLoop``, but each
+    as ``(when, timer)``: the heap compares the floats in C where asyncio calls
+    ``TimerHandle.__lt__``, a Python method, some twenty times per send. The outcome of each
+    comparison is the same (of two equal times, the pair compares the timers, and neither
+    timer is below the other), so heapq moves the same entries the same way and timers due
+    at the very same instant still run in asyncio's order. ``call_at`` and ``_run_once`` are
+    the only parts of ``BaseEventLoop`` that read the heap (3.11 to 3.13); both are here.
+    """
+
+    # asyncio's private state, as BaseEventLoop keeps it; the subclass declares what it reads.
+    _ready: collections.deque[asyncio.Handle]
+    _scheduled: list[tuple[float, Any]]  # (when, TimerHandle); see the class docstring
+    _timer_cancelled_count: int
+    _stopping: bool
+    _clock_resolution: float
+    _debug: bool
+    _closed: bool
+    _current_handle: asyncio.Handle | None
+
+    def call_soon(
+        self,
+        callback: Callable[[Unpack[_Ts]], object],
+        *args: *_Ts,
+        context: Context | None = None,
+    ) -> asyncio.Handle:
+        """``BaseEventLoop.call_soon`` without its checks for a closed or debugged loop (made
+        by asyncio's own method then): every future that completes schedules its tasks here."""
+        if self._debug or self._closed:
+            return super().call_soon(callback, *args, context=context)
+        handle = asyncio.Handle(callback, args, self, context)
+        self._ready.append(handle)
+        return handle
+
+    def call_at(
+        self,
+        when: float,
+        callback: Callable[[Unpack[_Ts]], object],
+        *args: *_Ts,
+        context: Context | None = None,
+    ) -> asyncio.TimerHandle:
+        """``BaseEventLoop.call_at``, onto this loop's heap of ``(when, timer)``."""
+        if when is None:
+            raise TypeError("when cannot be None")
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        if self._debug:
+            self._check_thread()  # type: ignore[attr-defined]
+            self._check_callback(callback, "call_at")  # type: ignore[attr-defined]
+        timer = asyncio.TimerHandle(when, callback, args, self, context)
+        heapq.heappush(self._scheduled, (when, timer))
+        timer._scheduled = True  # type: ignore[attr-defined]
+        return timer
+
+    def _run_once(self) -> None:
+        """``BaseEventLoop._run_once`` without what a loop that watches nothing does not need
+        (no select, no I/O events): the same steps on the same heap of timers, the cancelled
+        ones dropped as asyncio drops them and the clock moved by the same sum."""
+        scheduled = self._scheduled
+        if len(scheduled) > _MIN_SCHEDULED or (scheduled and scheduled[0][1]._cancelled):
+            scheduled = self._drop_cancelled()  # else it would do nothing
+        ready = self._ready
+        clock = self._timeless
+        if not (ready or self._stopping):
+            if not scheduled:
+                clock.select(None)  # raises Deadlock
+            clock.now += min(max(0, scheduled[0][0] - clock.now), _MAX_SELECT_S)
+        end_time = clock.now + self._clock_resolution
+        while scheduled:
+            if scheduled[0][0] >= end_time:
+                break
+            _, timer = heapq.heappop(scheduled)
+            timer._scheduled = False
+            ready.append(timer)
+        debug = self._debug
+        for _ in range(len(ready)):
+            handle = ready.popleft()
+            if handle._cancelled:
+                continue
+            if debug:  # no virtual time passes in a callback: none is ever slow
+                self._current_handle = handle
+                try:
+                    handle._run()
+                finally:
+                    self._current_handle = None
+            else:
+                handle._run()
+
+    def _drop_cancelled(self) -> list[tuple[float, Any]]:
+        """The timers' heap without the cancelled timers at its head, or without any when
+        they are most of it: as ``BaseEventLoop._run_once`` drops them."""
+        scheduled = self._scheduled
+        count = len(scheduled)
+        if count > _MIN_SCHEDULED and self._timer_cancelled_count / count > _MIN_CANCELLED:
+            kept = []
+            for entry in scheduled:
+                if entry[1]._cancelled:
+                    entry[1]._scheduled = False
+                else:
+                    kept.append(entry)
+            heapq.heapify(kept)
+            self._scheduled = scheduled = kept
+            self._timer_cancelled_count = 0
+        else:
+            while scheduled and scheduled[0][1]._cancelled:
+                self._timer_cancelled_count -= 1
+                _, timer = heapq.heappop(scheduled)
+                timer._scheduled = False
+        return scheduled
+
+
 class LoopClock(SystemClock):
     """The ``Clock`` of a loop run by ``run_virtual``: both its times are the loop's, and it
     waits as ``SystemClock`` does, through asyncio, which runs on the loop's time."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        # The time is read many times per send: straight from the virtual loop's selector.
+        self._time = loop._timeless if isinstance(loop, _VirtualLoop) else _LoopTime(loop)
+        self._lean = isinstance(loop, _LeanVirtualLoop)
 
     def monotonic(self) -> float:
-        return self._loop.time()
+        return self._time.now
 
     def wall(self) -> float:
-        return self._loop.time()
+        return self._time.now
+
+    async def sleep(self, seconds: float) -> None:
+        """``asyncio.sleep(max(0.0, seconds))``, step for step (the same timer, made at the
+        same moment), without its layers of calls: a plan sleeps several times per send."""
+        if not self._lean:
+            await super().sleep(seconds)
+            return
+        if not seconds > 0:  # NaN too, as max(0.0, NaN) is 0.0
+            await asyncio.sleep(0)
+            return
+        loop = self._loop
+        woken = loop.create_future()
+        timer = loop.call_at(loop.time() + seconds, _wake, woken)
+        try:
+            await woken
+        finally:
+            timer.cancel()
+
+    async def wait_for(self, event: asyncio.Event, timeout_s: float) -> bool:
+        """What ``SystemClock.wait_for`` does (``event.wait()`` under ``asyncio.timeout``), step
+        for step as the loop sees it: a timer made when the wait starts, a future among the
+        event's waiters, the task woken by whichever comes first (from the loop's callback
+        queue, as a cancellation would), the timer cancelled when the task goes on. Without
+        the cancellation itself (the exception, the ``uncancel`` bookkeeping), which made the
+        dispatcher's idle wait, once per send in a plan, its costliest await. Reaches into
+        ``Event._waiters``, which ``Event.wait`` itself fills (on the lean loop only)."""
+        if not self._lean:
+            return await super().wait_for(event, timeout_s)
+        loop = self._loop
+        when = loop.time() + timeout_s
+        woken = loop.create_future()
+        if when <= loop.time():  # as ``asyncio.Timeout.reschedule`` schedules an overdue one
+            timer: asyncio.Handle = loop.call_soon(_wake, woken)
+        else:
+            timer = loop.call_at(when, _wake, woken)
+        try:
+            if not event.is_set():
+                event._waiters.append(woken)
+                try:
+                    await woken
+                finally:
+                    event._waiters.remove(woken)
+        finally:
+            timer.cancel()
+        return event.is_set()
 
     def __repr__(self) -> str:
         return f"LoopClock(now={self._loop.time():.3f})"
 
 
+class _LoopTime:
+    """Any other loop's time, read as ``_Timeless.now`` is."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    @property
+    def now(self) -> float:
+        return self._loop.time()
+
+
+def _wake(woken: asyncio.Future[Any]) -> None:
+    if not woken.done():
+        woken.set_result(None)
+
+
 def run_virtual(main: Callable[[LoopClock], Awaitable[T]]) -> T:
     """Run ``main(clock)`` to completion on a new loop whose time starts at 0 and moves only
     when every task waits; raises ``Deadlock`` when they all wait with no timer set."""
-    loop = _VirtualLoop()
+    loop = _LeanVirtualLoop() if LEAN else _VirtualLoop()
     try:
         return loop.run_until_complete(_call(main, LoopClock(loop)))
     finally:

@@ -8,11 +8,12 @@ planner runs the dispatch policy rather than a formula of its own.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 
 import pytest
 
-from engine import BucketKey, ConfigError, Limit, LimitChange, NotFound, Outcome
+from engine import BucketKey, ConfigError, Limit, LimitChange, NotFound, Outcome, virtual_loop
 from engine.dispatcher import DispatcherSettings
 from engine.domain import NotificationState
 from engine.plan_model import ProviderModel
@@ -253,6 +254,27 @@ def test_the_same_inputs_give_the_same_plan() -> None:
     again = run_plan(setup, _spike(setup, 60), seed=11)
     assert first.as_json() | {"planned_in_s": 0} == again.as_json() | {"planned_in_s": 0}
     assert [t.depth for t in first.tenants] == [t.depth for t in again.tenants]
+
+
+@pytest.mark.parametrize("jitter_ms", [0.0, 10.0])
+def test_the_lean_loop_plans_exactly_as_asyncios_own_machinery(
+    monkeypatch: pytest.MonkeyPatch, jitter_ms: float
+) -> None:
+    """The planner's lean loop (asyncio's private state, read directly) must not change a plan:
+    the same plan as on asyncio's stock loop, with throttles, failures, a shared provider limit
+    and, without jitter, sends that finish at the very same instant."""
+    if not virtual_loop.LEAN:
+        pytest.skip("this Python runs the stock loop only: there is nothing to compare")
+    model = ProviderModel(
+        latency_ms=20, jitter_ms=jitter_ms, throttle_rate=0.05, error_rate=0.05, retry_after_s=0.2
+    )
+    setup = _setup({"a": Limit(30, 5), "b": Limit(10, 2), "c": None}, provider=Limit(45, 5))
+    setup = dataclasses.replace(setup, models={"sms": model})
+    lean = run_plan(setup, _spike(setup, 150), seed=5)
+    monkeypatch.setattr(virtual_loop, "LEAN", False)
+    stock = run_plan(setup, _spike(setup, 150), seed=5)
+    assert lean.as_json() | {"planned_in_s": 0} == stock.as_json() | {"planned_in_s": 0}
+    assert [t.depth for t in lean.tenants] == [t.depth for t in stock.tenants]
 
 
 def test_a_disabled_tenant_is_not_planned_and_does_not_hold_the_plan() -> None:

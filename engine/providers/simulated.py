@@ -28,6 +28,7 @@ from engine.providers.schema import OptionSpec, ProviderKind
 __all__ = ["KIND", "SPEC", "SimulatedProvider"]
 
 KIND = "simulated"
+_DELIVERED = SendResult.delivered("simulated")  # a frozen value: one serves every send
 
 OPTIONS = (
     OptionSpec("latency_ms", "number", 5.0, help="mean latency of a send, in milliseconds"),
@@ -124,7 +125,7 @@ class SimulatedProvider:
         draw -= self.error_rate
         if draw < self.permanent_rate:
             return SendResult.permanent("simulated permanent failure")
-        return SendResult.delivered("simulated")
+        return _DELIVERED
 
     async def send(self, message: Message) -> SendResult:
         """Wait the drawn latency, then return the drawn outcome. Never raises."""
