@@ -320,6 +320,20 @@ def fidelity(d: Data) -> Context:
         "rows": [_fidelity_row(r) for r in runs],
         "seconds": runs[0]["seconds"],
         "all_ok": all(r["all_within_envelope"] for r in runs),
+        "over": [
+            {
+                "backend": r["backend"],
+                "rate": g(r["rate_per_s"]),
+                "first_s": r.get("first_delivery_s"),
+                "windows": [
+                    f"{w} s: {v['max']} against {v['envelope']:g}"
+                    for w, v in r["windows"].items()
+                    if not v["ok"]
+                ],
+            }
+            for r in runs
+            if not r["all_within_envelope"]
+        ],
         "near": near,
         "lowest": min(runs, key=lambda r: r.get("second_half_rate_over_rate", 1)),
     }

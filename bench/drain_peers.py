@@ -95,7 +95,7 @@ PRAGMAS = ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=30000")  # th
 def pg_claim(conn: Any, n: int) -> Any:
     """The store's claim on Postgres (``engine.store.pg_hot``), one statement."""
     now = time.time()
-    return conn.fetch(pg_hot.CLAIM_SQL, 1, 1, now, n, OWNER, now + LEASE_S)
+    return conn.fetch(pg_hot.CLAIM_SQL, 1, 1, now, n, OWNER, now + LEASE_S, "queued", "leased")
 
 
 def pg_ack(conn: Any, rows: list[Any]) -> Any:

@@ -36,6 +36,10 @@ class Directory:
     def tenant_id(self, name: str) -> int | None:
         return next((t.id for t in self.tenants.values() if t.name == name), None)
 
+    def enabled(self, tenant_id: int) -> bool:
+        tenant = self.tenants.get(tenant_id)
+        return tenant is not None and tenant.enabled
+
     def provider_id(self, name: str) -> int | None:
         return next((p.id for p in self.providers.values() if p.name == name), None)
 

@@ -1,29 +1,27 @@
 """The dispatch loop of docs/architecture.md: tokens first, then leases, then deliveries.
 
 1. Know which (tenant, provider) keys have due work (the kept counts, then a capped index
-   probe per key: bounded work however deep the queue; refreshed on wake-up).
+   probe per key: bounded work however deep the queue; refreshed on wake-up; this process's
+   own enqueues counted in without a look).
 2. Visit them round-robin; for each reserve up to ``batch`` tokens from all its buckets.
 3. Lease at most that many; give back the tokens not used.
 4. Hand the leases to a fixed pool of delivery tasks (bounded concurrency).
 5. With nothing to do, sleep until the next token of a key with work, a wake-up, or a poll.
 
 A provider whose circuit is open (engine/circuit.py) is skipped until its probe is due: one
-notification, leased alone; the sleep ends no later than that.
-
-Outcomes are written back in batches by one completer task, fenced on owner and attempt.
-Every wait (sleeps, back-offs, the send and stop timeouts) goes through the ``Clock``, so that
-tests run all of this on virtual time.
+notification, leased alone; the sleep ends no later than that. Outcomes are written back in
+batches by one completer task, fenced on owner and attempt. Every wait (sleeps, back-offs,
+the send and stop timeouts) goes through the ``Clock``: tests run all this on virtual time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from engine.circuit import Circuits
@@ -32,9 +30,10 @@ from engine.completer import Completer
 from engine.directory import Directory
 from engine.dispatch_settings import DispatcherSettings
 from engine.domain import BucketKey, Message, NotificationState, SendResult
+from engine.due import count_in
 from engine.errors import OmniPostError
 from engine.limiter import Limiter, Reservation
-from engine.policy import STORE_OUTAGE, HeldBuckets, decide, round_robin
+from engine.policy import STORE_OUTAGE, HeldBuckets, decide, round_robin, send_keys
 from engine.ports import DispatchStore
 from engine.providers.base import send_within
 from engine.store import Completion, DueKey, Leased
@@ -81,6 +80,7 @@ class Dispatcher:
         self._keys: list[Key] | None = None  # the keys of _due with work, sorted; None: stale
         self._starved = False  # the last round stopped for want of a free sender
         self._due_stale = True
+        self._drained: set[Key] = set()  # keys whose count ran out: looked at again alone
         self._refreshed_at = -1e9
         self._next_due_at = math.inf  # wall time when delayed work (a retry) falls due
         # Monotonic time before which a key's buckets grant nothing (what its last empty
@@ -110,8 +110,17 @@ class Dispatcher:
         return self._work.qsize() + self._busy
 
     def wake(self) -> None:
-        """New work may be there (a local enqueue, a notification from another process)."""
+        """New work may be there (a notification from another process, a retry): look again."""
         self._due_stale = True
+        self._wake.set()
+
+    def enqueued(self, due: Mapping[Key, int]) -> None:
+        """This process enqueued ``due[key]`` due now per key: counted in without the look at
+        the store that ``wake`` asks for (behind a deep backlog it costs more than the
+        enqueue; a count off either way only brings the next look sooner)."""
+        enabled = {key: n for key, n in due.items() if self._dir.enabled(key[0])}
+        if count_in(self._due, enabled, self._clock.wall()):
+            self._keys = None  # a key that had no due work has some
         self._wake.set()
 
     def set_concurrency(self, n: int) -> None:
@@ -165,24 +174,29 @@ class Dispatcher:
             or self._clock.wall() >= self._next_due_at
         ):
             await self._refresh_due()
+        elif self._drained:  # only the keys whose count ran out: behind another key's deep
+            await self._refresh_due(sorted(self._drained))  # backlog a full look costs more
         return await self._round()
 
     def stop_claiming(self) -> None:
         self._stopping = True
         self._wake.set()
 
-    async def _refresh_due(self) -> None:
-        self._due_stale = False
-        self._refreshed_at = self._clock.monotonic()
-        if self._refreshed_at - self.circuits.read_at >= self.settings.health_refresh_s:
-            await self.circuits.refresh()
+    async def _refresh_due(self, keys: list[Key] | None = None) -> None:
+        if keys is None:
+            self._due_stale = False
+            self._refreshed_at = self._clock.monotonic()
+            if self._refreshed_at - self.circuits.read_at >= self.settings.health_refresh_s:
+                await self.circuits.refresh()
+        self._drained = set()
         enabled = [t.id for t in self._dir.tenants.values() if t.enabled]
-        rows = await self._store.queue.due_keys(self._clock.wall(), enabled)
-        self._due = {(r.tenant_id, r.provider_id): r for r in rows}
+        rows = await self._store.queue.due_keys(self._clock.wall(), enabled, keys=keys)
+        kept = {} if keys is None else {k: v for k, v in self._due.items() if k not in keys}
+        self._due = kept | {(r.tenant_id, r.provider_id): r for r in rows}
         self._keys = None
         # _round sleeps until the first of these; the counts must be fresh when it wakes.
-        delayed = (r.next_available_at for r in rows if r.due == 0)
-        self._next_due_at = min(delayed, default=math.inf)
+        delayed = [r.next_available_at for r in rows if r.due == 0]
+        self._next_due_at = min([math.inf if keys is None else self._next_due_at, *delayed])
 
     async def _round(self) -> float:
         """One pass over the keys with due work; returns how long to sleep (0: go again)."""
@@ -221,7 +235,7 @@ class Dispatcher:
         # back, and then the next round looks again (``_step``) rather than the next poll.
         wait_s = min(wait_s, self._next_due_at - now)
         if progressed:  # again at once, unless every key it could serve waits for tokens
-            return 0.0 if wait_s <= 0 or self._due_stale else wait_s
+            return 0.0 if wait_s <= 0 or self._due_stale or self._drained else wait_s
         return max(wait_s, 0.001)
 
     async def _serve(self, key: Key, room: int) -> tuple[int, float, Reservation]:
@@ -234,7 +248,7 @@ class Dispatcher:
         if tenant is None or provider is None or provider_id not in self._dir.instances:
             return 0, self.settings.poll_s, Reservation((), 0)
         due = self._due[key]
-        buckets = _send_keys(tenant.name, provider.name)
+        buckets = send_keys(tenant.name, provider.name)
         probing = not self.circuits.is_closed(provider_id)  # and its probe is due
         reserved_at = self._clock.monotonic()
         asked = 1 if probing else min(room, due.due)
@@ -260,7 +274,7 @@ class Dispatcher:
         left = due.due - len(leased) if len(leased) == reservation.granted else 0
         self._due[key] = DueKey(tenant_id, provider_id, left, due.next_available_at)
         if left == 0:
-            self._due_stale = True  # drained, or the count was off: look again next round
+            self._drained.add(key)  # drained, or the count was off: look again next round
             self._keys = None
         self._last = key
         for item in leased:
@@ -344,7 +358,7 @@ class Dispatcher:
                 delivery_attempt=item.failures + 1,
             )
             if self._clock.monotonic() - taken_at > self.settings.token_lag_s:
-                buckets = _send_keys(tenant.name, record.name)
+                buckets = send_keys(tenant.name, record.name)
                 if any(key in self._dir.limits for key in buckets):  # else nothing to pace
                     await self._fresh_token(buckets)
             started_s = self._clock.monotonic()
@@ -427,19 +441,9 @@ class Dispatcher:
         return bool(self.inflight or len(self._completer))
 
     def __repr__(self) -> str:
-        return (
-            f"Dispatcher(owner={self.owner!r}, concurrency={self.concurrency}, "
-            f"inflight={self.inflight}, pending_writes={len(self._completer)})"
-        )
-
-
-@functools.lru_cache(maxsize=4096)
-def _send_keys(tenant: str, provider: str) -> tuple[BucketKey, BucketKey, BucketKey]:
-    return BucketKey.for_send(tenant, provider)
+        state = f"concurrency={self.concurrency}, inflight={self.inflight}"
+        return f"Dispatcher(owner={self.owner!r}, {state}, pending_writes={len(self._completer)})"
 
 
 def _take_all(queue: asyncio.Queue[_T]) -> list[_T]:
-    items: list[_T] = []
-    while not queue.empty():
-        items.append(queue.get_nowait())
-    return items
+    return [queue.get_nowait() for _ in range(queue.qsize())]

@@ -193,11 +193,20 @@ class MemoryQueue:
             row = self._rows[row_id]
             heapq.heappush(due, (-row.priority, row_id))
 
-    async def due_keys(self, now: float, tenant_ids: Sequence[int] | None = None) -> list[DueKey]:
+    async def due_keys(
+        self,
+        now: float,
+        tenant_ids: Sequence[int] | None = None,
+        *,
+        keys: Sequence[tuple[int, int]] | None = None,
+    ) -> list[DueKey]:
         wanted = None if tenant_ids is None else set(tenant_ids)
+        only = None if keys is None else set(keys)
         found = []
         for key, queued in self._queued.items():
             if queued <= 0 or (wanted is not None and key[0] not in wanted):
+                continue
+            if only is not None and key not in only:
                 continue
             self._promote(key, now)
             due = min(len(self._due.get(key, ())), DUE_CAP)

@@ -6,12 +6,13 @@ The dispatcher only carries these decisions out; tests check them as tables.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from engine.domain import BucketScope, NotificationState, Outcome, SendResult
+from engine.domain import BucketKey, BucketScope, NotificationState, Outcome, SendResult
 from engine.limiter import Reservation
 
 __all__ = [
@@ -107,6 +108,13 @@ def decide(
         delay_s = policy.backoff_s(failures + 1, rand)
         return Decision(NotificationState.QUEUED, delay_s=delay_s, spend_attempt=True)
     return Decision(NotificationState.DEAD, spend_attempt=result.outcome is Outcome.TRANSIENT)
+
+
+@functools.lru_cache(maxsize=4096)
+def send_keys(tenant: str, provider: str) -> tuple[BucketKey, BucketKey, BucketKey]:
+    """The buckets a send of ``tenant`` through ``provider`` takes a token from (remembered:
+    the dispatcher asks for the same few again and again)."""
+    return BucketKey.for_send(tenant, provider)
 
 
 def round_robin(keys: Sequence[K], last: K | None) -> list[K]:

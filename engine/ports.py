@@ -26,7 +26,11 @@ __all__ = ["ConfigSource", "DispatchQueue", "DispatchStore", "HealthBook", "Send
 
 class DispatchQueue(Protocol):
     async def due_keys(
-        self, now: float, tenant_ids: Sequence[int] | None = None
+        self,
+        now: float,
+        tenant_ids: Sequence[int] | None = None,
+        *,
+        keys: Sequence[tuple[int, int]] | None = None,
     ) -> list[DueKey]: ...
 
     async def claim(

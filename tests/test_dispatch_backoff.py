@@ -48,13 +48,18 @@ async def test_a_store_outage_backs_off_slower_and_slower_then_carries_on(
     real, failing = engine.store.queue.due_keys, 6
     looks: list[float] = []
 
-    async def due_keys(now: float, tenant_ids: Sequence[int] | None = None) -> list[DueKey]:
+    async def due_keys(
+        now: float,
+        tenant_ids: Sequence[int] | None = None,
+        *,
+        keys: Sequence[tuple[int, int]] | None = None,
+    ) -> list[DueKey]:
         nonlocal failing
         looks.append(engines.clock.monotonic())
         if failing:
             failing -= 1
             raise down()
-        return await real(now, tenant_ids)
+        return await real(now, tenant_ids, keys=keys)
 
     monkeypatch.setattr(engine.store.queue, "due_keys", due_keys)
     sleeps: list[float] = []
@@ -165,8 +170,13 @@ async def test_a_retry_that_falls_due_while_the_dispatcher_looks_is_not_left_for
     await setup(engine)
     real = engine.store.queue.due_keys
 
-    async def slow(now: float, tenant_ids: Sequence[int] | None = None) -> list[DueKey]:
-        found = await real(now, tenant_ids)
+    async def slow(
+        now: float,
+        tenant_ids: Sequence[int] | None = None,
+        *,
+        keys: Sequence[tuple[int, int]] | None = None,
+    ) -> list[DueKey]:
+        found = await real(now, tenant_ids, keys=keys)
         await engines.clock.sleep(0.2)
         return found
 

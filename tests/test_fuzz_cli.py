@@ -381,7 +381,8 @@ def test_enqueue(setup: Setup, good: dict[str, Any], broken: str | None, junk: s
         and recipient not in ("", "--")  # argparse drops a literal "--", even after "--"
         and _encodable(recipient)
         and expected is not None
-        and (key is None or (0 < len(key) <= 200 and _encodable(key)))
+        # argparse reads ``--key=--`` as the option without its value (Python 3.11).
+        and (key is None or (0 < len(key) <= 200 and _encodable(key) and key != "--"))
         and _priority(priority)
     )
     before = setup.dump()

@@ -833,6 +833,25 @@ async def test_due_count_is_capped_and_depth_is_not(store: Store) -> None:
     assert await store.queue.depth() == await store.queue.recount()
 
 
+async def test_due_keys_can_look_at_some_keys_only(store: Store) -> None:
+    """``keys=`` probes only those keys (a key with nothing queued is left out); the tenant
+    filter still applies."""
+    acme, beta = await tenant_id(store, "acme"), await tenant_id(store, "beta")
+    sms, mail = await provider_id(store, "sms"), await provider_id(store, "mail")
+    await store.queue.enqueue(
+        acme, [new_notification(sms, "a1"), new_notification(mail, "a2")], now=T0
+    )
+    await store.queue.enqueue(beta, [new_notification(sms, "b1")], now=T0)
+    found = await store.queue.due_keys(T0, None, keys=[(acme, mail), (beta, sms), (beta, mail)])
+    assert sorted(found, key=_due_order) == [DueKey(acme, mail, 1, T0), DueKey(beta, sms, 1, T0)]
+    assert await store.queue.due_keys(T0, [acme], keys=[(acme, mail), (beta, sms)]) == [
+        DueKey(acme, mail, 1, T0)
+    ]
+    assert await store.queue.due_keys(T0, None, keys=[]) == []
+    everything = await store.queue.due_keys(T0, None)
+    assert len(everything) == 3
+
+
 def _due_order(key: DueKey) -> tuple[int, int]:
     return key.tenant_id, key.provider_id
 

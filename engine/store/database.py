@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, NoReturn, TypeVar
@@ -88,6 +89,9 @@ class Database:
     def __init__(self, url: URL, *, pool_size: int = 10) -> None:
         self.url = url
         self.dialect = url.get_backend_name()
+        # This store's NOTIFY payload: its own listener skips them (the engine that enqueued
+        # has counted its rows in already; see ``Dispatcher.enqueued``).
+        self.origin = uuid.uuid4().hex
         # No pre-ping: it costs a round trip per transaction. A connection that died in the
         # pool fails its first statement, is invalidated, and ``_run`` retries on a fresh one.
         # No reset-on-return either: every transaction here ends in commit or rollback.

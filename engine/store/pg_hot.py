@@ -29,16 +29,20 @@ _DELIVERED = NotificationState.DELIVERED.value
 # The picked rows are locked in a materialized CTE: as a plain IN (subquery) the planner may
 # run the subquery again per outer row, each run skipping the rows already changed, so that
 # LIMIT would no longer bound what is claimed (``picked_once`` in database.py).
-CLAIM_SQL = f"""
+# The state is a parameter, not a literal: with ``state = 'queued'`` written out, Postgres may
+# read the key's due rows along the partial index ``ix_notifications_queued_due`` (queued rows
+# only) and sort them all, every claim, where ``ix_notifications_claim`` yields them in claim
+# order and stops after ``n`` (measured: a quarter slower over a 50,000 backlog).
+CLAIM_SQL = """
 WITH picked AS MATERIALIZED (
     SELECT id FROM notifications
-    WHERE state = '{_QUEUED}' AND tenant_id = $1 AND provider_id = $2 AND available_at <= $3
+    WHERE state = $7 AND tenant_id = $1 AND provider_id = $2 AND available_at <= $3
     ORDER BY priority DESC, id
     LIMIT $4
     FOR UPDATE SKIP LOCKED
 )
 UPDATE notifications
-SET state = '{_LEASED}', lease_owner = $5, lease_expires_at = $6, attempt = attempt + 1
+SET state = $8, lease_owner = $5, lease_expires_at = $6, attempt = attempt + 1
 WHERE id IN (SELECT id FROM picked)
 RETURNING id, recipient, payload, idempotency_key, attempt, failures, max_attempts, enqueued_at
 """
@@ -76,7 +80,8 @@ async def claim(
     """Lease up to ``n`` due rows of one key to ``owner`` until ``expires``; returns the leased
     rows (id, recipient, payload, idempotency_key, attempt, failures, max_attempts,
     enqueued_at). ``conn``: an asyncpg connection outside any transaction."""
-    return list(await conn.fetch(CLAIM_SQL, tenant_id, provider_id, now, n, owner, expires))
+    args = (tenant_id, provider_id, now, n, owner, expires, _QUEUED, _LEASED)
+    return list(await conn.fetch(CLAIM_SQL, *args))
 
 
 async def deliver(conn: Any, completions: Sequence[Completion], worker: str) -> set[int]:

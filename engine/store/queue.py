@@ -70,7 +70,7 @@ class QueueRepo(QueueReads):
                     ids[row.idempotency_key] = row.id
                     fresh.add(row.idempotency_key)
             if fresh and not self._db.is_sqlite:
-                await conn.execute(sa.select(sa.func.pg_notify(CHANNEL, "")))
+                await conn.execute(sa.select(sa.func.pg_notify(CHANNEL, self._db.origin)))
             missing = [r["idempotency_key"] for r in rows if r["idempotency_key"] not in ids]
             for start in range(0, len(missing), _CHUNK):
                 query = sa.select(N.c.id, N.c.idempotency_key).where(
@@ -265,7 +265,7 @@ class QueueRepo(QueueReads):
                 .values(state=_QUEUED, failures=0, available_at=now, finished_at=None)
             )
             if result.rowcount and not self._db.is_sqlite:
-                await conn.execute(sa.select(sa.func.pg_notify(CHANNEL, "")))
+                await conn.execute(sa.select(sa.func.pg_notify(CHANNEL, self._db.origin)))
             return int(result.rowcount)
 
         return await self._db.write(tx)

@@ -35,22 +35,27 @@ class QueueReads:
         self._db = db
         self._box = box
 
-    async def due_keys(self, now: float, tenant_ids: Sequence[int] | None = None) -> list[DueKey]:
-        """Every (tenant, provider) with queued work: how much is due now (counted up to
-        ``DUE_CAP``: the dispatcher only needs to know there is at least a batch), and when
-        the next falls due. Reads the counts and, per key, at most ``DUE_CAP`` index entries,
-        however deep the queue."""
+    async def due_keys(
+        self,
+        now: float,
+        tenant_ids: Sequence[int] | None = None,
+        *,
+        keys: Sequence[tuple[int, int]] | None = None,
+    ) -> list[DueKey]:
+        """Every (tenant, provider) with queued work, or only those of ``keys`` that have
+        some: how much is due now (counted up to ``DUE_CAP``: the dispatcher only needs to
+        know there is at least a batch), and when the next falls due. Reads the counts (all
+        keys) and, per key, at most ``DUE_CAP`` index entries, however deep the queue."""
 
         async def tx(conn: AsyncConnection) -> list[DueKey]:
-            keys = [
-                (t, p)
-                for t, p, state, _n in await _counts(conn)
-                if state == _QUEUED and (tenant_ids is None or t in tenant_ids)
-            ]
+            probed = list(keys) if keys is not None else None
+            if probed is None:
+                probed = [(t, p) for t, p, state, _n in await _counts(conn) if state == _QUEUED]
+            probed = [(t, p) for t, p in probed if tenant_ids is None or t in tenant_ids]
             found: list[DueKey] = []
-            for start in range(0, len(keys), _KEYS_PER_QUERY):
+            for start in range(0, len(probed), _KEYS_PER_QUERY):
                 query = sa.union_all(
-                    *(_due_probe(t, p, now) for t, p in keys[start : start + _KEYS_PER_QUERY])
+                    *(_due_probe(t, p, now) for t, p in probed[start : start + _KEYS_PER_QUERY])
                 )
                 found.extend(
                     DueKey(r[0], r[1], int(r[2]), float(r[3]))

@@ -59,9 +59,9 @@ class Store:
         return masked_url(self._db.url)
 
     async def listen(self, on_notify: Callable[[], None]) -> None:
-        """Call ``on_notify`` whenever any process enqueues (Postgres); returns at once on
-        SQLite, where workers poll."""
-        await listen(self._db.url, on_notify)
+        """Call ``on_notify`` whenever another process (another ``Store``) enqueues or retries
+        dead letters (Postgres); returns at once on SQLite, where workers poll."""
+        await listen(self._db.url, on_notify, ignore=self._db.origin)
 
     async def __aenter__(self) -> Self:
         return self
