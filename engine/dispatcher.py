@@ -22,14 +22,13 @@ import logging
 import math
 import random
 from collections.abc import Callable, Mapping, Sequence
-from typing import TypeVar
 
 from engine.circuit import Circuits
 from engine.clock import Clock
 from engine.completer import Completer
 from engine.directory import Directory
 from engine.dispatch_settings import DispatcherSettings
-from engine.domain import BucketKey, Message, NotificationState, SendResult
+from engine.domain import BucketKey, NotificationState, SendResult
 from engine.due import count_in
 from engine.errors import OmniPostError
 from engine.limiter import Limiter, Reservation
@@ -38,14 +37,13 @@ from engine.ports import DispatchStore
 from engine.providers.base import send_within
 from engine.store import Completion, DueKey, Leased
 from engine.telemetry import Telemetry
+from engine.work import Key, WorkQueue
 
 __all__ = ["Dispatcher", "DispatcherSettings"]
 
 log = logging.getLogger(__name__)
 
-Key = tuple[int, int]  # (tenant id, provider id)
 _NOT_HERE = SendResult.transient("provider is not available in this worker")  # frozen: shared
-_T = TypeVar("_T")
 
 
 class Dispatcher:
@@ -72,9 +70,9 @@ class Dispatcher:
         self.settings = settings
         self.concurrency = settings.concurrency
         self._rng = rng or random.Random()
-        # A lease and when its token was taken; None: a worker exits.
-        self._work: asyncio.Queue[tuple[Leased, float] | None] = asyncio.Queue()
-        self._busy = 0
+        self._work = WorkQueue(
+            clock
+        )  # leases waiting for a sender, with when their token was taken
         self._wake = asyncio.Event()
         self._due: dict[Key, DueKey] = {}
         self._keys: list[Key] | None = None  # the keys of _due with work, sorted; None: stale
@@ -107,7 +105,7 @@ class Dispatcher:
 
     @property
     def inflight(self) -> int:
-        return self._work.qsize() + self._busy
+        return self._work.inflight
 
     def wake(self) -> None:
         """New work may be there (a notification from another process, a retry): look again."""
@@ -219,15 +217,14 @@ class Dispatcher:
                 break
             key = order[index]
             index += 1
-            free = self.concurrency - self._work.qsize() - self._busy
-            if free <= 0:
+            if self._work.full(self.settings, self.concurrency):
                 self._starved = True  # a send that ends wakes the loop
                 return wait_s if not progressed else 0.0
             blocked_s = self.circuits.blocked_for_s(key[1], now)
             if blocked_s > 0:  # its circuit is open; no probe yet, or another worker's
                 wait_s = min(wait_s, blocked_s)
                 continue
-            got, key_wait_s, short = await self._serve(key, min(free, self.settings.batch))
+            got, key_wait_s, short = await self._serve(key)
             held.note(key, short)
             progressed |= got > 0
             wait_s = min(wait_s, key_wait_s)
@@ -238,10 +235,10 @@ class Dispatcher:
             return 0.0 if wait_s <= 0 or self._due_stale or self._drained else wait_s
         return max(wait_s, 0.001)
 
-    async def _serve(self, key: Key, room: int) -> tuple[int, float, Reservation]:
-        """Reserve and lease up to ``room`` for ``key``; returns how many were leased, how
-        long until it can be served again (0: at once), and the reservation (its ``held_by``:
-        the round skips the other keys behind those buckets)."""
+    async def _serve(self, key: Key) -> tuple[int, float, Reservation]:
+        """Reserve and lease up to its ``_room`` for ``key``; returns how many were leased,
+        how long until it can be served again (0: at once), and the reservation (its
+        ``held_by``: the round skips the other keys behind those buckets)."""
         tenant_id, provider_id = key
         tenant = self._dir.tenants.get(tenant_id)
         provider = self._dir.providers.get(provider_id)
@@ -249,6 +246,11 @@ class Dispatcher:
             return 0, self.settings.poll_s, Reservation((), 0)
         due = self._due[key]
         buckets = send_keys(tenant.name, provider.name)
+        paced = not self._dir.limits.keys().isdisjoint(buckets)
+        room = self._work.room(self.settings, self.concurrency, paced=paced)
+        if room <= 0:
+            self._starved = True
+            return 0, self.settings.poll_s, Reservation((), 0)
         probing = not self.circuits.is_closed(provider_id)  # and its probe is due
         reserved_at = self._clock.monotonic()
         asked = 1 if probing else min(room, due.due)
@@ -278,7 +280,7 @@ class Dispatcher:
             self._keys = None
         self._last = key
         for item in leased:
-            self._work.put_nowait((item, taken_at))
+            self._work.put(key, (item, taken_at), paced=paced)
         if left and reservation.granted < asked:  # its buckets ran dry: not before they refill
             wait_s = min(reservation.wait_s, self.settings.poll_s)
             self._not_before[key] = self._clock.monotonic() + wait_s
@@ -329,14 +331,13 @@ class Dispatcher:
             if entry is None:
                 return
             item, taken_at = entry
-            self._busy += 1
             try:
                 await self._deliver(item, taken_at)
             except asyncio.CancelledError:
                 self._cancelled.append(item)
                 raise
             finally:
-                self._busy -= 1
+                self._work.end(item.id)
                 if self._starved:  # a round waits for this sender
                     self._wake.set()
 
@@ -347,16 +348,7 @@ class Dispatcher:
         result = _NOT_HERE
         send_s: float | None = None
         if tenant is not None and record is not None and provider is not None:
-            message = Message(
-                notification_id=item.id,
-                tenant=tenant.name,
-                provider=record.name,
-                recipient=item.recipient,
-                payload=item.payload,
-                idempotency_key=item.idempotency_key,
-                attempt=item.attempt,
-                delivery_attempt=item.failures + 1,
-            )
+            message = item.message(tenant.name, record.name)
             if self._clock.monotonic() - taken_at > self.settings.token_lag_s:
                 buckets = send_keys(tenant.name, record.name)
                 if any(key in self._dir.limits for key in buckets):  # else nothing to pace
@@ -364,6 +356,7 @@ class Dispatcher:
             started_s = self._clock.monotonic()
             result = await send_within(provider, message, self._clock, self.settings.send_timeout_s)
             send_s = self._clock.monotonic() - started_s
+            self._work.sent(send_s)
             self._telemetry.observe_send(record.name, send_s)
         probe = not self.circuits.is_closed(item.provider_id)
         decision = await self.circuits.after_send(item, result)
@@ -380,7 +373,17 @@ class Dispatcher:
         if decision.throttle_s and record is not None:
             # Every sender of this provider backs off, not only this notification.
             await self._limiter.block(BucketKey.for_provider(record.name), decision.throttle_s)
+        if decision.throttle_s or not self.circuits.is_closed(item.provider_id):
+            await self._give_back(self._work.take_provider(item.provider_id))
         self._completer.finished(item, result, decision, send_s, now=self._clock.wall())
+
+    async def _give_back(self, leases: list[Leased]) -> None:
+        """Release leases waiting for a provider that asked to wait (or whose circuit opened)."""
+        if leases:
+            try:
+                await self._store.queue.release(self.owner, leases)
+            except OmniPostError as exc:
+                log.warning("%d leases left to expire: %s", len(leases), exc.message)
 
     async def _fresh_token(self, buckets: Sequence[BucketKey]) -> None:
         """Take a token for a send whose own is stale, waiting for one if need be. The stale
@@ -417,10 +420,10 @@ class Dispatcher:
 
     async def drain(self) -> None:
         """After ``stop_claiming``: return unsent leases, let sends finish, write outcomes."""
-        unsent = [entry[0] for entry in _take_all(self._work) if entry is not None]
+        unsent = self._work.take_all()
         busy = [t for t in self._workers if not t.done()]
         for _ in busy:
-            self._work.put_nowait(None)
+            self._work.close_one()
         if unsent:
             await self._store.queue.release(self.owner, unsent)
         if busy:
@@ -443,7 +446,3 @@ class Dispatcher:
     def __repr__(self) -> str:
         state = f"concurrency={self.concurrency}, inflight={self.inflight}"
         return f"Dispatcher(owner={self.owner!r}, {state}, pending_writes={len(self._completer)})"
-
-
-def _take_all(queue: asyncio.Queue[_T]) -> list[_T]:
-    return [queue.get_nowait() for _ in range(queue.qsize())]

@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 import pytest
 
-from engine import Engine, Message
+from engine import Engine, Message, NotificationState, Store
 from engine.store import NewNotification
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "Line",
     "assert_each_key_once",
     "check_sends",
+    "counts",
     "enqueue_numbered",
     "eventually",
     "message",
@@ -36,6 +37,11 @@ __all__ = [
 IN_CI = bool(os.environ.get("CI"))
 
 Line = dict[str, Any]
+
+
+async def counts(store: Store) -> dict[tuple[int, NotificationState], int]:
+    """How many notifications each (tenant id, state) holds."""
+    return {(row.tenant_id, row.state): row.count for row in await store.queue.depth()}
 
 
 def missing(reason: str) -> NoReturn:

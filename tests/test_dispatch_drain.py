@@ -29,14 +29,10 @@ from engine import (
 )
 from tests.conftest import EngineFactory
 from tests.envelope import check_envelope
-from tests.support import enqueue_numbered, eventually, read_lines
+from tests.support import counts, enqueue_numbered, eventually, read_lines
 from tests.virtual_time import VirtualEngines, latency_kind, until
 
 Stores = Callable[[], Awaitable[Store]]
-
-
-async def counts(store: Store) -> dict[tuple[int, NotificationState], int]:
-    return {(row.tenant_id, row.state): row.count for row in await store.queue.depth()}
 
 
 async def all_delivered(store: Store, total: int) -> bool:

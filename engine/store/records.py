@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.domain import Limit, NotificationState, Outcome
+from engine.domain import Limit, Message, NotificationState, Outcome
 
 __all__ = [
     "AuditEntry",
@@ -113,6 +113,19 @@ class Leased:
     enqueued_at: float
     owner: str
     lease_expires_at: float
+
+    def message(self, tenant: str, provider: str) -> Message:
+        """What the provider is given to send."""
+        return Message(
+            notification_id=self.id,
+            tenant=tenant,
+            provider=provider,
+            recipient=self.recipient,
+            payload=self.payload,
+            idempotency_key=self.idempotency_key,
+            attempt=self.attempt,
+            delivery_attempt=self.failures + 1,
+        )
 
 
 @dataclass(frozen=True, slots=True)
