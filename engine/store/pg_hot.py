@@ -1,4 +1,4 @@
-"""The claim and the acknowledgement of deliveries on Postgres, each one statement.
+"""The enqueue, the claim and the acknowledgement of deliveries on Postgres, each one statement.
 
 Through SQLAlchemy a claim is three round trips (``BEGIN``, the statement, ``COMMIT``) and an
 acknowledgement four (the grouped update, the delivery-log rows as an ``executemany``), and
@@ -10,6 +10,10 @@ statement (a data-modifying CTE), with every batch's values passed as arrays, so
 changes and asyncpg's prepared statement serves every batch. ``Database.write_on_driver`` runs
 them. The statements are the store's own (``QueueRepo.claim`` and ``_apply_delivered`` say
 why each clause is there); the contract tests run both stores through them.
+
+An enqueue through SQLAlchemy is four round trips (``BEGIN``, a multi-row ``INSERT`` whose
+parameters it processes row by row, the ``NOTIFY``, ``COMMIT``); here the rows go as arrays
+and one statement inserts them, looks up the keys the tenant used before, and notifies.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 from engine.domain import NotificationState
 from engine.store.records import Completion
 
-__all__ = ["CLAIM_SQL", "DELIVER_SQL", "claim", "deliver"]
+__all__ = ["CLAIM_SQL", "DELIVER_SQL", "ENQUEUE_SQL", "KEYS_SQL", "claim", "deliver", "enqueue"]
 
 _QUEUED = NotificationState.QUEUED.value
 _LEASED = NotificationState.LEASED.value
@@ -66,6 +70,70 @@ WITH acked AS (
 )
 SELECT id FROM acked
 """
+
+
+# The rows as arrays, in the order given; a key the tenant used before (or twice in one call)
+# is not inserted again, and ``enqueue`` looks those keys up (``KEYS_SQL``) after. ``pg_notify``
+# runs once if anything was inserted (``told`` is joined for that: a CTE nobody reads is never
+# run).
+ENQUEUE_SQL = """
+WITH given AS (
+    SELECT * FROM unnest($2::integer[], $3::text[], $4::text[], $5::text[], $6::integer[],
+                         $7::integer[], $8::float8[]) WITH ORDINALITY
+        AS g(provider_id, recipient, payload, idempotency_key, priority, max_attempts,
+             available_at, ord)
+), added AS (
+    INSERT INTO notifications (tenant_id, provider_id, recipient, payload, idempotency_key,
+                               priority, state, attempt, failures, max_attempts,
+                               available_at, enqueued_at)
+    SELECT $1, provider_id, recipient, payload, idempotency_key, priority, $9, 0, 0,
+           max_attempts, available_at, $10
+    FROM given ORDER BY ord
+    ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+    RETURNING id, idempotency_key
+), told AS (
+    SELECT pg_notify($11, $12)::text FROM added LIMIT 1
+)
+SELECT added.id, added.idempotency_key FROM added LEFT JOIN told ON true
+"""
+
+# One unique-index probe per key, whatever plan a prepared statement settles on (an ``= ANY``
+# over the tenant's rows may be planned as a scan of all of them).
+KEYS_SQL = """
+SELECT n.id, n.idempotency_key FROM unnest($2::text[]) AS k(key)
+CROSS JOIN LATERAL (
+    SELECT id, idempotency_key FROM notifications
+    WHERE tenant_id = $1 AND idempotency_key = k.key
+) AS n
+"""
+
+
+async def enqueue(
+    conn: Any, tenant_id: int, rows: Sequence[dict[str, Any]], now: float, notify: tuple[str, str]
+) -> tuple[dict[str, int], set[str]]:
+    """Insert ``rows`` (``QueueRepo._row``'s dicts, one tenant's) unless the tenant used their
+    key before, and notify ``notify`` (channel, payload) if any was; returns the id of every
+    key and the keys inserted now. ``conn``: an asyncpg connection outside any transaction."""
+    found = await conn.fetch(
+        ENQUEUE_SQL,
+        tenant_id,
+        [r["provider_id"] for r in rows],
+        [r["recipient"] for r in rows],
+        [r["payload"] for r in rows],
+        [r["idempotency_key"] for r in rows],
+        [r["priority"] for r in rows],
+        [r["max_attempts"] for r in rows],
+        [r["available_at"] for r in rows],
+        _QUEUED,
+        now,
+        *notify,
+    )
+    ids = {key: row_id for row_id, key in found}
+    fresh = set(ids)
+    missing = list({r["idempotency_key"] for r in rows} - fresh)
+    if missing:  # used before, or by another transaction while this one waited on the key
+        ids.update({key: row_id for row_id, key in await conn.fetch(KEYS_SQL, tenant_id, missing)})
+    return ids, fresh
 
 
 async def claim(

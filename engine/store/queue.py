@@ -12,13 +12,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from engine.crypto import SecretBox
 from engine.domain import NotificationState, Outcome
 from engine.store import pg_hot, sqlite_hot
-from engine.store.database import Database, picked_once
+from engine.store.database import picked_once
 from engine.store.notify import CHANNEL
 from engine.store.reads import QueueReads
 from engine.store.records import (
@@ -41,10 +39,6 @@ _DEAD = NotificationState.DEAD.value
 class QueueRepo(QueueReads):
     """The queue: the reads of ``QueueReads`` and every write."""
 
-    def __init__(self, db: Database, box: SecretBox) -> None:
-        super().__init__(db, box)
-        self._insert = sqlite.insert if db.is_sqlite else postgresql.insert
-
     # -- enqueue ----------------------------------------------------------------------------
 
     async def enqueue(
@@ -54,38 +48,23 @@ class QueueRepo(QueueReads):
         is not inserted again: its result names the existing notification, ``duplicate=True``.
         Results come in the order of ``items``. All or nothing per call."""
         rows = [self._row(tenant_id, item, now) for item in items]
-
-        async def tx(conn: AsyncConnection) -> list[EnqueueResult]:
-            ids: dict[str, int] = {}
-            fresh: set[str] = set()
-            # One cached statement run as executemany: SQLAlchemy batches it into multi-row
-            # INSERT ... RETURNING ("insertmanyvalues") without compiling per call.
-            stmt = (
-                self._insert(N)
-                .on_conflict_do_nothing(index_elements=[N.c.tenant_id, N.c.idempotency_key])
-                .returning(N.c.id, N.c.idempotency_key)
+        if not rows:
+            return []
+        if self._db.is_sqlite:  # one trip to its thread: see engine/store/sqlite_hot.py
+            ids, fresh = await self._db.write_in_thread(
+                functools.partial(sqlite_hot.enqueue, tenant_id=tenant_id, rows=rows)
             )
-            if rows:
-                for row in await conn.execute(stmt, rows):
-                    ids[row.idempotency_key] = row.id
-                    fresh.add(row.idempotency_key)
-            if fresh and not self._db.is_sqlite:
-                await conn.execute(sa.select(sa.func.pg_notify(CHANNEL, self._db.origin)))
-            missing = [r["idempotency_key"] for r in rows if r["idempotency_key"] not in ids]
-            for start in range(0, len(missing), _CHUNK):
-                query = sa.select(N.c.id, N.c.idempotency_key).where(
-                    (N.c.tenant_id == tenant_id)
-                    & N.c.idempotency_key.in_(missing[start : start + _CHUNK])
+        else:  # one statement: see engine/store/pg_hot.py
+            ids, fresh = await self._db.write_on_driver(
+                functools.partial(
+                    pg_hot.enqueue,
+                    tenant_id=tenant_id,
+                    rows=rows,
+                    now=now,
+                    notify=(CHANNEL, self._db.origin),
                 )
-                ids.update({r.idempotency_key: r.id for r in await conn.execute(query)})
-            results = []
-            for item in items:
-                key = item.idempotency_key
-                results.append(EnqueueResult(ids[key], key, duplicate=key not in fresh))
-                fresh.discard(key)  # a key repeated within one call is a duplicate the 2nd time
-            return results
-
-        return await self._db.write(tx)
+            )
+        return _results(items, ids, fresh)
 
     def _row(self, tenant_id: int, item: NewNotification, now: float) -> dict[str, Any]:
         return {
@@ -364,3 +343,16 @@ def _log_row(c: Completion, worker: str) -> dict[str, Any]:
         "latency_s": c.latency_s,
         "send_s": c.send_s,
     }
+
+
+def _results(
+    items: Sequence[NewNotification], ids: dict[str, int], fresh: set[str]
+) -> list[EnqueueResult]:
+    """Per item, in order: its id, and whether its key was used before (``fresh``: the keys
+    inserted now; a key repeated within one call is a duplicate the second time)."""
+    results = []
+    for item in items:
+        key = item.idempotency_key
+        results.append(EnqueueResult(ids[key], key, duplicate=key not in fresh))
+        fresh.discard(key)
+    return results

@@ -1,4 +1,5 @@
-"""The claim and the acknowledgement of deliveries on SQLite, each one trip to its thread.
+"""The enqueue, the claim and the acknowledgement of deliveries on SQLite, each one trip to
+its thread.
 
 aiosqlite runs every driver call on the connection's own thread, and SQLAlchemy makes several
 calls per statement (cursor, execute, fetch, close), so a claim through SQLAlchemy is about
@@ -25,7 +26,16 @@ from typing import Any
 from engine.domain import NotificationState
 from engine.store.records import Completion
 
-__all__ = ["CHUNK", "CLAIM_SQL", "LOG_SQL", "claim", "deliver", "deliver_sql"]
+__all__ = [
+    "CHUNK",
+    "CLAIM_SQL",
+    "LOG_SQL",
+    "claim",
+    "deliver",
+    "deliver_sql",
+    "enqueue",
+    "enqueue_sql",
+]
 
 _QUEUED = NotificationState.QUEUED.value
 _LEASED = NotificationState.LEASED.value
@@ -60,6 +70,66 @@ def deliver_sql(n: int) -> str:
         f" finished_at = ? WHERE id IN ({ids}) AND (id, attempt) IN (VALUES {pairs})"
         " AND lease_owner = ? AND state = ? RETURNING id"
     )
+
+
+_COLUMNS = (
+    "tenant_id",
+    "provider_id",
+    "recipient",
+    "payload",
+    "idempotency_key",
+    "priority",
+    "state",
+    "attempt",
+    "failures",
+    "max_attempts",
+    "available_at",
+    "enqueued_at",
+)
+_ROWS = 500  # rows per insert: 6,000 parameters, below SQLite's limit of 32,766
+
+
+@functools.lru_cache(maxsize=64)
+def enqueue_sql(n: int) -> str:
+    """The insert of ``n`` rows; a key the tenant used before (or twice in the statement) is
+    not inserted, and only the inserted rows come back."""
+    row = "(" + ", ".join(["?"] * len(_COLUMNS)) + ")"
+    return (
+        f"INSERT INTO notifications ({', '.join(_COLUMNS)}) VALUES {', '.join([row] * n)}"
+        " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING id, idempotency_key"
+    )
+
+
+def enqueue(
+    conn: sqlite3.Connection, tenant_id: int, rows: Sequence[dict[str, Any]]
+) -> tuple[dict[str, int], set[str]]:
+    """Insert ``rows`` (``QueueRepo._row``'s dicts, one tenant's) unless the tenant used their
+    key before; returns the id of every key and the keys inserted now. One transaction."""
+    ids: dict[str, int] = {}
+    fresh: set[str] = set()
+    _transaction(conn)
+    try:
+        for start in range(0, len(rows), _ROWS):
+            chunk = rows[start : start + _ROWS]
+            params = [row[column] for row in chunk for column in _COLUMNS]
+            for row_id, key in conn.execute(enqueue_sql(len(chunk)), params).fetchall():
+                ids[key] = row_id
+                fresh.add(key)
+        missing = [r["idempotency_key"] for r in rows if r["idempotency_key"] not in ids]
+        for start in range(0, len(missing), CHUNK):
+            chunk = missing[start : start + CHUNK]
+            marks = ", ".join(["?"] * len(chunk))
+            found = conn.execute(
+                "SELECT id, idempotency_key FROM notifications"
+                f" WHERE tenant_id = ? AND idempotency_key IN ({marks})",
+                [tenant_id, *chunk],
+            )
+            ids.update({key: row_id for row_id, key in found})
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return ids, fresh
 
 
 def _transaction(conn: sqlite3.Connection) -> None:

@@ -1,0 +1,98 @@
+"""The Postgres enqueue, one statement (engine/store/pg_hot.py): a key the tenant used before
+comes back as a duplicate with its id, even one that another transaction commits while the
+enqueue waits on it (the statement's snapshot cannot see it); the tenant's counts follow the
+rows; a listener hears each enqueue that inserted anything, and nothing of one that did not."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+import pytest
+
+from engine import SecretBox
+from engine.domain import NotificationState
+from engine.store import Store
+from engine.store.notify import CHANNEL
+from tests.support import new_notification
+
+T0 = 1_700_000_000.0
+pytestmark = pytest.mark.postgres
+
+
+def dsn(url: str) -> str:
+    return url.replace("postgresql+asyncpg://", "postgresql://")
+
+
+async def setup(store: Store) -> tuple[int, int]:
+    await store.migrate()
+    tenant = await store.config.add_tenant("acme", None, now=T0, actor="test")
+    provider = await store.config.add_provider("p", "simulated", None, {}, {}, now=T0, actor="test")
+    return tenant.id, provider.id
+
+
+async def test_a_key_committed_elsewhere_while_the_enqueue_waits_is_a_duplicate(
+    pg_url: str, box: SecretBox
+) -> None:
+    async with Store(pg_url, box) as store:
+        tenant, provider = await setup(store)
+        other = await asyncpg.connect(dsn(pg_url))
+        try:
+            # Another transaction inserts key "b" and holds it uncommitted.
+            tx = other.transaction()
+            await tx.start()
+            row = await other.fetchrow(
+                "INSERT INTO notifications (tenant_id, provider_id, recipient, payload,"
+                " idempotency_key, priority, state, attempt, failures, max_attempts,"
+                " available_at, enqueued_at) VALUES ($1, $2, $3, '{}', 'b', 0, 'queued', 0, 0,"
+                " 5, $4, $4) RETURNING id",
+                tenant,
+                provider,
+                box.encrypt("b@example.com"),
+                T0,
+            )
+            items = [new_notification(provider, k) for k in ("a", "b", "c", "a")]
+            enqueue = asyncio.create_task(store.queue.enqueue(tenant, items, now=T0))
+            await asyncio.sleep(0.3)
+            assert not enqueue.done()  # it waits on "b"
+            await tx.commit()
+            results = await asyncio.wait_for(enqueue, 10)
+        finally:
+            await other.close()
+        assert [(r.idempotency_key, r.duplicate) for r in results] == [
+            ("a", False),
+            ("b", True),
+            ("c", False),
+            ("a", True),
+        ]
+        assert results[1].id == row["id"]
+        assert results[0].id == results[3].id != results[2].id
+        again = await store.queue.enqueue(
+            tenant, [new_notification(provider, k) for k in ("c", "d")], now=T0
+        )
+        assert [(r.idempotency_key, r.duplicate, r.id) for r in again[:1]] == [
+            ("c", True, results[2].id)
+        ]
+        assert not again[1].duplicate
+        depth = {(r.tenant_id, r.state): r.count for r in await store.queue.depth()}
+        assert depth == {(tenant, NotificationState.QUEUED): 4}  # a, b, c, d
+
+
+async def test_listeners_hear_each_enqueue_that_inserted(pg_url: str, box: SecretBox) -> None:
+    async with Store(pg_url, box) as store:
+        tenant, provider = await setup(store)
+        heard: list[str] = []
+        listener = await asyncpg.connect(dsn(pg_url))
+        try:
+            await listener.add_listener(CHANNEL, lambda *args: heard.append(args[3]))
+            await store.queue.enqueue(tenant, [new_notification(provider, "x")], now=T0)
+            await store.queue.enqueue(
+                tenant, [new_notification(provider, k) for k in ("y", "z")], now=T0
+            )
+            await store.queue.enqueue(tenant, [new_notification(provider, "x")], now=T0)
+            await asyncio.sleep(0.3)
+        finally:
+            await listener.close()
+        # One NOTIFY per enqueue that inserted rows, carrying the store's origin; the
+        # duplicate-only enqueue says nothing.
+        assert heard == [store._db.origin] * 2
