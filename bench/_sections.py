@@ -306,6 +306,7 @@ def _fidelity_row(r: Data) -> list[str]:
         f"{w1.get('max', '-')} / {w1.get('envelope', '-')}",
         f"{worst['max'] / worst['envelope']:.2f}",
         "yes" if r["all_within_envelope"] else "**NO**",
+        "yes" if r.get("all_within_stated_lag", r["all_within_envelope"]) else "**NO**",
     ]
 
 
@@ -320,6 +321,7 @@ def fidelity(d: Data) -> Context:
         "rows": [_fidelity_row(r) for r in runs],
         "seconds": runs[0]["seconds"],
         "all_ok": all(r["all_within_envelope"] for r in runs),
+        "all_within_lag": all(r.get("all_within_stated_lag", False) for r in runs),
         "over": [
             {
                 "backend": r["backend"],

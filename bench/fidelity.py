@@ -8,7 +8,10 @@ simulated provider at 0 ms, and the delivery log's timestamps are read back.
 
 Reported per run: ``achieved / ideal`` at the end of the run; the most deliveries in any window
 of W seconds (sliding: one window starts at every delivery, closed at both ends) against the
-envelope ``burst + rate * W + 1`` (docs/architecture.md); and a short timeline for the plot.
+envelope ``burst + rate * W + 1`` (docs/architecture.md), and against the bound the README
+states for what a provider sees, ``burst + rate * (W + 0.02) + 1`` (a send goes out at most
+``token_lag_s`` after its token, plus the moment to the provider's clock); and a short
+timeline for the plot.
 Usage::
 
     .venv/bin/python bench/fidelity.py [--rates 1,10,100,1000,5000] [--seconds 4]
@@ -32,6 +35,7 @@ from engine import Limit, LocalLimiter, SystemClock, worst_window
 from engine.redis_limiter import RedisLimiter
 
 WINDOWS_S = (0.1, 0.5, 1.0, 2.0)
+STATED_LAG_S = 0.02  # README: "within a stated lag of 20 ms"
 TIMELINE_POINTS = 40
 
 
@@ -48,10 +52,12 @@ def analyse(
     windows = {}
     for w in WINDOWS_S:
         worst = worst_window(in_run, w, rate, burst)
+        lagged = worst_window(in_run, w, rate, burst, lag_s=STATED_LAG_S)
         windows[str(w)] = {
             "max": int(worst.count),
             "envelope": round(worst.allowed, 1),
             "ok": worst.holds,
+            "within_stated_lag": lagged.holds,
         }
     step = run_s / TIMELINE_POINTS
     timeline = [
@@ -72,6 +78,7 @@ def analyse(
         "first_delivery_s": round(in_run[0], 4) if in_run else None,
         "windows": windows,
         "all_within_envelope": all(w["ok"] for w in windows.values()),
+        "all_within_stated_lag": all(w["within_stated_lag"] for w in windows.values()),
         "timeline": timeline,
     }
 
