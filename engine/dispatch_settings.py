@@ -15,7 +15,7 @@ class DispatcherSettings:
     batch: int = 32  # most leases taken for one key in one visit
     # Leases taken ahead of the free senders, for keys that no limit paces: a slow provider
     # would otherwise shrink each claim to the senders free at that instant. 0: none ahead.
-    prefetch: int = 32
+    prefetch: int = 16
     lease_s: float = 30.0
     poll_s: float = 0.5  # longest sleep without a wake-up
     send_timeout_s: float = 60.0  # a provider call longer than this is a transient failure
