@@ -124,6 +124,7 @@ def _worker(a: argparse.Namespace, ctx: Context) -> Coroutine[Any, Any, int]:
         run.WorkerRun(
             concurrency=a.concurrency,
             lease_s=a.lease_s,
+            prefetch=a.prefetch,
             until_empty=a.until_empty,
             duration_s=a.duration,
             quiet=a.quiet,

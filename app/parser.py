@@ -67,6 +67,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def _int(text: str) -> int:
     try:
         return int(text)
@@ -272,6 +279,12 @@ def _run_parsers(sub: Any, common: _Parser) -> None:
     p.add_argument("--until-empty", action="store_true", help="exit when nothing is left to do")
     p.add_argument("--duration", type=_seconds, help="exit after this many seconds")
     p.add_argument("--lease-s", type=_seconds, default=30.0, help="lease length in seconds")
+    p.add_argument(
+        "--prefetch",
+        type=_non_negative_int,
+        default=16,
+        help="leases taken ahead of the free senders for keys no limit paces (0: none)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     _redis_arg(p)
     _metrics_args(p)

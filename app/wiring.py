@@ -27,13 +27,15 @@ def build_engine(
     *,
     concurrency: int = 16,
     lease_s: float = 30.0,
+    prefetch: int = 16,
     actor: str = "cli",
     redis_url: str | None = None,
 ) -> Engine:
     """An engine on ``store``; its buckets live in Redis at ``redis_url`` when one is given
     (shared by every process there), else in this process."""
     clock = SystemClock()
-    settings = EngineSettings(dispatch=DispatcherSettings(concurrency=concurrency, lease_s=lease_s))
+    dispatch = DispatcherSettings(concurrency=concurrency, lease_s=lease_s, prefetch=prefetch)
+    settings = EngineSettings(dispatch=dispatch)
     limiter: Limiter = LocalLimiter(clock)
     if redis_url:
         try:

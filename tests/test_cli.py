@@ -231,7 +231,9 @@ def test_worker_delivers_each_notification_once_through_a_file_provider(
         encoding="utf-8",
     )
     cli.ok("enqueue", "--file", str(batch))
-    summary = cli.ok("worker", "--until-empty", "--concurrency", "4", "--lease-s", "10")
+    summary = cli.ok(
+        "worker", "--until-empty", "--concurrency", "4", "--lease-s", "10", "--prefetch", "0"
+    )
     assert "delivered 40 " in summary
     lines = read_jsonl(out)
     assert Counter(line["idempotency_key"] for line in lines) == Counter(keys)

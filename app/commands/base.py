@@ -14,7 +14,12 @@ __all__ = ["open_engine"]
 
 @contextlib.asynccontextmanager
 async def open_engine(
-    ctx: Context, *, concurrency: int = 16, lease_s: float = 30.0, redis_url: str | None = None
+    ctx: Context,
+    *,
+    concurrency: int = 16,
+    lease_s: float = 30.0,
+    prefetch: int = 16,
+    redis_url: str | None = None,
 ) -> AsyncIterator[Engine]:
     """An opened engine on ``ctx``'s store (not dispatching until started), closed after."""
     async with build_store(ctx.db_url, ctx.box) as store:
@@ -22,6 +27,7 @@ async def open_engine(
             store,
             concurrency=concurrency,
             lease_s=lease_s,
+            prefetch=prefetch,
             actor=actor("cli"),
             redis_url=redis_url,
         )

@@ -27,6 +27,7 @@ class WorkerRun:
 
     concurrency: int = 16
     lease_s: float = 30.0
+    prefetch: int = 16
     until_empty: bool = False
     duration_s: float | None = None
     quiet: bool = False
@@ -55,7 +56,11 @@ async def worker(ctx: Context, run: WorkerRun) -> int:
     async with (
         MetricsExporter(run.metrics) as metrics,
         open_engine(
-            ctx, concurrency=run.concurrency, lease_s=run.lease_s, redis_url=run.redis_url
+            ctx,
+            concurrency=run.concurrency,
+            lease_s=run.lease_s,
+            prefetch=run.prefetch,
+            redis_url=run.redis_url,
         ) as engine,
         metrics.following(engine.snapshot),
     ):
