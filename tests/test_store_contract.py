@@ -596,6 +596,25 @@ async def test_release_requeues_without_spending_an_attempt(store: Store) -> Non
     assert await store.queue.reap(T0 + 1000) == 0
 
 
+async def test_release_of_many_is_fenced_lease_by_lease(store: Store) -> None:
+    """1,203 leases (more than one grouped statement's worth), three of them stale by attempt:
+    every other one goes back, the stale ones stay as they are."""
+    t = await tenant_id(store, "acme")
+    p = await provider_id(store, "sms")
+    await enqueue_keys(store, t, p, *(f"k{i}" for i in range(1_203)))
+    leased = await store.queue.claim(t, p, 1_203, owner="w1", lease_s=10, now=T0)
+    assert len(leased) == 1_203
+    stale_at = (0, 500, 1_202)  # the first, one at a chunk's edge, the last
+    given = [
+        dataclasses.replace(item, attempt=0) if i in stale_at else item
+        for i, item in enumerate(leased)
+    ]
+    assert await store.queue.release("w1", given[::-1]) == 1_200  # any order
+    states = {v.id: v.state for v in await store.queue.list_by_tenant(t, limit=2_000)}
+    assert [i for i, item in enumerate(leased) if states[item.id] is LEASED] == list(stale_at)
+    assert sum(state is QUEUED for state in states.values()) == 1_200
+
+
 # -- completions -----------------------------------------------------------------------------
 
 

@@ -156,15 +156,24 @@ class QueueRepo(QueueReads):
         return await self._db.write(tx)
 
     async def release(self, owner: str, leased: Sequence[Leased]) -> int:
-        """Give leases back unsent (on stop): queued again at once, no attempt spent."""
+        """Give leases back unsent (on stop, or leased ahead for a provider that asked to
+        wait): queued again at once, no attempt spent. One statement per chunk, fenced on
+        owner and (id, attempt) as the grouped acknowledgement is; returns how many held."""
+        items = sorted(leased, key=lambda item: item.id)
 
         async def tx(conn: AsyncConnection) -> int:
             count = 0
-            for item in sorted(leased, key=lambda item: item.id):
+            for start in range(0, len(items), _CHUNK):
+                chunk = items[start : start + _CHUNK]
                 result = await conn.execute(
-                    _fenced(item, owner).values(
-                        state=_QUEUED, lease_owner=None, lease_expires_at=None
+                    N.update()
+                    .where(
+                        N.c.id.in_([item.id for item in chunk])
+                        & sa.tuple_(N.c.id, N.c.attempt).in_([(i.id, i.attempt) for i in chunk])
+                        & (N.c.lease_owner == owner)
+                        & (N.c.state == _LEASED)
                     )
+                    .values(state=_QUEUED, lease_owner=None, lease_expires_at=None)
                 )
                 count += result.rowcount
             return count
