@@ -31,10 +31,10 @@ from engine.dispatch_settings import DispatcherSettings
 from engine.domain import BucketKey, NotificationState, SendResult
 from engine.due import count_in
 from engine.errors import OmniPostError
-from engine.limiter import Limiter, Reservation
+from engine.limiter import Limiter, Reservation, take_waiting
 from engine.policy import STORE_OUTAGE, HeldBuckets, decide, round_robin, send_keys
 from engine.ports import DispatchStore
-from engine.providers.base import send_within
+from engine.providers.base import batch_size, send_parcel
 from engine.store import Completion, DueKey, Leased
 from engine.telemetry import Telemetry
 from engine.work import Key, WorkQueue
@@ -70,9 +70,7 @@ class Dispatcher:
         self.settings = settings
         self.concurrency = settings.concurrency
         self._rng = rng or random.Random()
-        self._work = WorkQueue(
-            clock
-        )  # leases waiting for a sender, with when their token was taken
+        self._work = WorkQueue(clock)  # leases waiting for a sender, as parcels
         self._wake = asyncio.Event()
         self._due: dict[Key, DueKey] = {}
         self._keys: list[Key] | None = None  # the keys of _due with work, sorted; None: stale
@@ -247,7 +245,8 @@ class Dispatcher:
         due = self._due[key]
         buckets = send_keys(tenant.name, provider.name)
         paced = not self._dir.limits.keys().isdisjoint(buckets)
-        room = self._work.room(self.settings, self.concurrency, paced=paced)
+        per = batch_size(self._dir.instances[provider_id])
+        room = self._work.room(self.settings, self.concurrency, paced=paced, per=per)
         if room <= 0:
             self._starved = True
             return 0, self.settings.poll_s, Reservation((), 0)
@@ -279,8 +278,8 @@ class Dispatcher:
             self._drained.add(key)  # drained, or the count was off: look again next round
             self._keys = None
         self._last = key
-        for item in leased:
-            self._work.put(key, (item, taken_at), paced=paced)
+        for first in range(0, len(leased), per):
+            self._work.put(key, leased[first : first + per], taken_at, paced=paced)
         if left and reservation.granted < asked:  # its buckets ran dry: not before they refill
             wait_s = min(reservation.wait_s, self.settings.poll_s)
             self._not_before[key] = self._clock.monotonic() + wait_s
@@ -330,52 +329,63 @@ class Dispatcher:
             entry = await self._work.get()
             if entry is None:
                 return
-            item, taken_at = entry
+            parcel, taken_at = entry
             try:
-                await self._deliver(item, taken_at)
+                await self._deliver(parcel, taken_at)
             except asyncio.CancelledError:
-                self._cancelled.append(item)
+                self._cancelled += parcel
                 raise
             finally:
-                self._work.end(item.id)
+                self._work.end(parcel[0].id)
                 if self._starved:  # a round waits for this sender
                     self._wake.set()
 
-    async def _deliver(self, item: Leased, taken_at: float) -> None:
-        tenant = self._dir.tenants.get(item.tenant_id)
-        record = self._dir.providers.get(item.provider_id)
-        provider = self._dir.instances.get(item.provider_id)
-        result = _NOT_HERE
+    async def _deliver(self, parcel: Sequence[Leased], taken_at: float) -> None:
+        """Send one parcel (one key's leases, each with its token), then settle each."""
+        first = parcel[0]
+        tenant = self._dir.tenants.get(first.tenant_id)
+        record = self._dir.providers.get(first.provider_id)
+        provider = self._dir.instances.get(first.provider_id)
+        results: Sequence[SendResult] = [_NOT_HERE] * len(parcel)
         send_s: float | None = None
         if tenant is not None and record is not None and provider is not None:
-            message = item.message(tenant.name, record.name)
+            messages = [item.message(tenant.name, record.name) for item in parcel]
             if self._clock.monotonic() - taken_at > self.settings.token_lag_s:
-                buckets = send_keys(tenant.name, record.name)
+                # Fresh tokens (waiting if need be); the stale ones fell due long ago and are not
+                # given back: spent now, they would add sends to a window that had its share.
+                buckets, n = send_keys(tenant.name, record.name), len(parcel)
                 if any(key in self._dir.limits for key in buckets):  # else nothing to pace
-                    await self._fresh_token(buckets)
+                    self._telemetry.count("stale_tokens", n)
+                    await take_waiting(self._limiter, buckets, n, self._clock, self.settings.poll_s)
             started_s = self._clock.monotonic()
-            result = await send_within(provider, message, self._clock, self.settings.send_timeout_s)
+            timeout_s = self.settings.send_timeout_s
+            results = await send_parcel(provider, messages, self._clock, timeout_s)
             send_s = self._clock.monotonic() - started_s
             self._work.sent(send_s)
             self._telemetry.observe_send(record.name, send_s)
-        probe = not self.circuits.is_closed(item.provider_id)
-        decision = await self.circuits.after_send(item, result)
-        if probe:  # the circuit may have closed: its keys are served again at once
-            self._wake.set()
-        if decision is None:  # not held by the circuit: the retry policy decides
-            decision = decide(
-                result,
-                failures=item.failures,
-                max_attempts=item.max_attempts,
-                policy=self.settings.retry,
-                rand=self._rng.random(),
-            )
-        if decision.throttle_s and record is not None:
+        decisions = []
+        for item, result in zip(parcel, results, strict=True):
+            probe = not self.circuits.is_closed(item.provider_id)
+            decision = await self.circuits.after_send(item, result)
+            if probe:  # the circuit may have closed: its keys are served again at once
+                self._wake.set()
+            if decision is None:  # not held by the circuit: the retry policy decides
+                decision = decide(
+                    result,
+                    failures=item.failures,
+                    max_attempts=item.max_attempts,
+                    policy=self.settings.retry,
+                    rand=self._rng.random(),
+                )
+            decisions.append(decision)
+        throttle_s = max(d.throttle_s or 0.0 for d in decisions)
+        if throttle_s and record is not None:
             # Every sender of this provider backs off, not only this notification.
-            await self._limiter.block(BucketKey.for_provider(record.name), decision.throttle_s)
-        if decision.throttle_s or not self.circuits.is_closed(item.provider_id):
-            await self._give_back(self._work.take_provider(item.provider_id))
-        self._completer.finished(item, result, decision, send_s, now=self._clock.wall())
+            await self._limiter.block(BucketKey.for_provider(record.name), throttle_s)
+        if throttle_s or not self.circuits.is_closed(first.provider_id):
+            await self._give_back(self._work.take_provider(first.provider_id))
+        for item, result, decision in zip(parcel, results, decisions, strict=True):
+            self._completer.finished(item, result, decision, send_s, now=self._clock.wall())
 
     async def _give_back(self, leases: list[Leased]) -> None:
         """Release leases waiting for a provider that asked to wait (or whose circuit opened)."""
@@ -384,15 +394,6 @@ class Dispatcher:
                 await self._store.queue.release(self.owner, leases)
             except OmniPostError as exc:
                 log.warning("%d leases left to expire: %s", len(leases), exc.message)
-
-    async def _fresh_token(self, buckets: Sequence[BucketKey]) -> None:
-        """Take a token for a send whose own is stale, waiting for one if need be. The stale
-        one is not given back: it was due long ago, and spending it now would add a send to
-        a window that already had its share (another process may have used the tokens that
-        fell due meanwhile). So the lag between a token and its send stays bounded."""
-        self._telemetry.count("stale_tokens")
-        while not (got := await self._limiter.reserve(buckets, 1)).granted:
-            await self._clock.sleep(min(max(got.wait_s, 0.001), self.settings.poll_s))
 
     # -- completions ------------------------------------------------------------------------
 

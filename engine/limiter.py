@@ -10,9 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from engine.clock import Clock
 from engine.domain import BucketKey, BucketLevel, Limit
 
-__all__ = ["Limiter", "Reservation"]
+__all__ = ["Limiter", "Reservation", "take_waiting"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,3 +61,15 @@ class Limiter(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+async def take_waiting(
+    limiter: Limiter, keys: Sequence[BucketKey], n: int, clock: Clock, most_s: float
+) -> None:
+    """Take ``n`` tokens from every bucket of ``keys``, waiting as long as they take to fall
+    due (each wait at least 1 ms and at most ``most_s``, then asking again)."""
+    while n:
+        got = await limiter.reserve(keys, n)
+        n -= got.granted
+        if n:
+            await clock.sleep(min(max(got.wait_s, 0.001), most_s))

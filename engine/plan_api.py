@@ -171,11 +171,13 @@ def provider_model(record: ProviderRecord, samples: Sequence[SendSample]) -> Pro
             retry_after_s=sim.retry_after_s,
             seed=sim.seed,
             source="options",
+            batch_max=sim.batch_max,
         )
     mine = [s for s in samples if s.provider_id == record.id]
     if len(mine) < _MIN_OBSERVED:
         return ProviderModel(
-            source=f"assumed (only {len(mine)} recent sends observed): 5 ms, all delivered"
+            source=f"assumed (only {len(mine)} recent sends observed): 5 ms, all delivered",
+            batch_max=_batch_max(record),
         )
     outcomes = [s.outcome for s in mine]
     timed = [s.send_s for s in mine if s.send_s is not None]
@@ -191,4 +193,11 @@ def provider_model(record: ProviderRecord, samples: Sequence[SendSample]) -> Pro
         / share,
         permanent_rate=outcomes.count(Outcome.PERMANENT) / share,
         source=f"observed ({share} recent sends)",
+        batch_max=_batch_max(record),
     )
+
+
+def _batch_max(record: ProviderRecord) -> int:
+    """The ``batch_max`` option of a provider whose kind takes one (saved options are valid)."""
+    value = record.options.get("batch_max", "1")
+    return int(value) if value.isdigit() and int(value) > 0 else 1

@@ -161,7 +161,8 @@ Traffic = BurstTraffic | BacklogTraffic | ReplayTraffic
 @dataclass(frozen=True, slots=True)
 class ProviderModel:
     """How a provider answers in a plan: a latency uniform over ``latency_ms ± jitter_ms`` and
-    the chances of each failure. ``source`` says where the figures come from."""
+    the chances of each failure, for a call of up to ``batch_max`` messages. ``source`` says
+    where the figures come from."""
 
     latency_ms: float = 5.0
     jitter_ms: float = 0.0
@@ -171,6 +172,7 @@ class ProviderModel:
     retry_after_s: float = 1.0
     seed: int | None = None
     source: str = "assumed"
+    batch_max: int = 1
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -179,6 +181,7 @@ class ProviderModel:
             "throttle_rate": round(self.throttle_rate, 4),
             "error_rate": round(self.error_rate, 4),
             "permanent_rate": round(self.permanent_rate, 4),
+            "batch_max": self.batch_max,
             "source": self.source,
         }
 

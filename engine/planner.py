@@ -232,6 +232,7 @@ def _simulated(models: Mapping[str, ProviderModel], clock: Clock, seed: int) -> 
             retry_after_s=model.retry_after_s,
             rng=random.Random(model.seed if model.seed is not None else f"{seed}/{config.name}"),
             clock=clock,
+            batch_max=model.batch_max,
         )
 
     return make

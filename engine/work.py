@@ -5,12 +5,17 @@ few leases can wait here for one. They wait in one line per key, and senders tak
 lines in turn: a lease of a small tenant claimed behind a large tenant's batch waits for the
 next free sender, not for the batch. Leases that hold a token (their key has a limit) go
 before those leased ahead: a token that waits goes stale.
+
+A sender takes a parcel: one lease, or for a provider that takes many messages in one call
+(``BatchProvider``) up to its ``batch_max`` leases of one key, sent together. Senders, and
+so the room to lease, are counted in parcels.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+from collections.abc import Sequence
 
 from engine.clock import Clock
 from engine.dispatch_settings import DispatcherSettings
@@ -19,7 +24,7 @@ from engine.store import Leased
 __all__ = ["Entry", "Key", "WorkQueue"]
 
 Key = tuple[int, int]  # (tenant id, provider id)
-Entry = tuple[Leased, float]  # a lease and when its token was taken
+Entry = tuple[tuple[Leased, ...], float]  # a parcel of one key's leases, when its tokens were taken
 
 
 class WorkQueue:
@@ -27,18 +32,22 @@ class WorkQueue:
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
-        # One ticket per lease put, or None: a sender exits. A ticket may outlive its lease
-        # (``take_provider`` takes leases, not tickets); ``get`` then waits for the next.
+        # One ticket per parcel put, or None: a sender exits. A ticket may outlive its parcel
+        # (``take_provider`` takes parcels, not tickets); ``get`` then waits for the next.
         self._tickets: asyncio.Queue[bool | None] = asyncio.Queue()
-        # Per key, in turn (the next one first): leases holding a token, then the others.
+        # Per key, in turn (the next one first): parcels holding tokens, then the others.
         self._paced: dict[Key, collections.deque[Entry]] = {}
         self._lines: dict[Key, collections.deque[Entry]] = {}
-        self._count = 0
-        self.paced = 0  # leases waiting that hold a token
-        self._sending: dict[int, float] = {}  # per lease being sent, when its sender took it
+        self._count = 0  # parcels waiting
+        self.paced = 0  # parcels waiting that hold tokens
+        self._leases = 0  # leases waiting
+        # Per parcel being sent (by its first lease's id): when its sender took it, its size.
+        self._sending: dict[int, tuple[float, int]] = {}
+        self._sending_leases = 0
         self.send_s: float | None = None  # the sends' mean time, recent ones weighing most
 
     def __len__(self) -> int:
+        """Parcels waiting."""
         return self._count
 
     @property
@@ -48,7 +57,8 @@ class WorkQueue:
 
     @property
     def inflight(self) -> int:
-        return self._count + len(self._sending)
+        """Leases waiting or being sent."""
+        return self._leases + self._sending_leases
 
     def sent(self, send_s: float) -> None:
         """A send took ``send_s``."""
@@ -56,43 +66,53 @@ class WorkQueue:
         self.send_s = send_s if mean_s is None else mean_s + 0.1 * (send_s - mean_s)
 
     def end(self, lease_id: int) -> None:
-        """The sender that took lease ``lease_id`` (from ``get``) is done with it."""
-        self._sending.pop(lease_id, None)
+        """The sender that took the parcel whose first lease is ``lease_id`` (from ``get``) is
+        done with it."""
+        sending = self._sending.pop(lease_id, None)
+        if sending is not None:
+            self._sending_leases -= sending[1]
 
     def full(self, settings: DispatcherSettings, concurrency: int) -> bool:
-        """No key may lease now, paced or not."""
+        """No key may lease now, paced or not (room is counted in parcels: whatever a key's
+        parcel size, it has room exactly when a key of single sends has)."""
         return (
             self.room(settings, concurrency, paced=False) <= 0
             and self.room(settings, concurrency, paced=True) <= 0
         )
 
-    def room(self, settings: DispatcherSettings, concurrency: int, *, paced: bool) -> int:
-        """How many a key may lease now, at most a batch. Leases ahead of the free
-        senders keep claims full (one claim of a batch while the senders work through the
-        last): a key that no limit paces may lease ``settings.prefetch`` ahead. A paced key's
-        leases hold tokens, which go stale waiting: they go before the others, and while
-        others wait it may lease for the senders expected (from the sends' mean time) to
-        come free within ``token_lag_s``; else (and with no prefetch) only for the free ones."""
+    def room(
+        self, settings: DispatcherSettings, concurrency: int, *, paced: bool, per: int = 1
+    ) -> int:
+        """How many a key may lease now, at most a batch, for parcels of ``per`` leases.
+        Parcels ahead of the free senders keep claims full (one claim of a batch while the
+        senders work through the last): a key that no limit paces may lease
+        ``settings.prefetch`` parcels ahead. A paced key's parcels hold tokens, which go stale
+        waiting: they go before the others, and while others wait it may lease for the
+        senders expected (from the sends' mean time) to come free within ``token_lag_s``;
+        else (and with no prefetch) only for the free ones."""
         if not paced:
-            return min(concurrency + settings.prefetch - self.inflight, settings.batch)
+            free = concurrency + settings.prefetch - self._count - len(self._sending)
+            return min(free * per, settings.batch)
         free = concurrency - len(self._sending) - self.paced
         if settings.prefetch and self._count > self.paced and self.send_s is not None:
             due = self._clock.monotonic() + settings.token_lag_s - self.send_s
-            free += sum(1 for began in self._sending.values() if began <= due)
-        return min(free, settings.batch)
+            free += sum(1 for began, _ in self._sending.values() if began <= due)
+        return min(free * per, settings.batch)
 
-    def put(self, key: Key, entry: Entry, *, paced: bool) -> None:
+    def put(self, key: Key, leases: Sequence[Leased], taken_at: float, *, paced: bool) -> None:
+        """``leases`` of ``key`` (their tokens taken at ``taken_at``), as one parcel."""
         lines = self._paced if paced else self._lines
         line = lines.get(key)
         if line is None:
             line = lines[key] = collections.deque()
-        line.append(entry)
+        line.append((tuple(leases), taken_at))
         self._count += 1
+        self._leases += len(leases)
         self.paced += paced
         self._tickets.put_nowait(True)
 
     async def get(self) -> Entry | None:
-        """The first lease of the key whose turn it is; that key's turn then passes."""
+        """The first parcel of the key whose turn it is; that key's turn then passes."""
         while True:
             if await self._tickets.get() is None:
                 return None
@@ -104,9 +124,12 @@ class WorkQueue:
         entry = line.popleft()
         if line:
             lines[key] = line  # to the back of the turn
+        parcel = entry[0]
         self._count -= 1
+        self._leases -= len(parcel)
         self.paced -= lines is self._paced
-        self._sending[entry[0].id] = self._clock.monotonic()  # a sender took it
+        self._sending[parcel[0].id] = (self._clock.monotonic(), len(parcel))  # a sender took it
+        self._sending_leases += len(parcel)
         return entry
 
     def close_one(self) -> None:
@@ -116,10 +139,10 @@ class WorkQueue:
     def take_all(self) -> list[Leased]:
         """Every lease waiting, removed."""
         lines = [*self._paced.values(), *self._lines.values()]
-        taken = [leased for line in lines for leased, _ in line]
+        taken = [leased for line in lines for parcel, _ in line for leased in parcel]
         self._paced.clear()
         self._lines.clear()
-        self._count = self.paced = 0
+        self._count = self.paced = self._leases = 0
         while not self._tickets.empty():
             self._tickets.get_nowait()
         return taken
@@ -129,9 +152,10 @@ class WorkQueue:
         taken: list[Leased] = []
         for lines in (self._paced, self._lines):
             keys = [key for key in lines if key[1] == provider_id]
-            found = [leased for key in keys for leased, _ in lines.pop(key)]
+            parcels = [parcel for key in keys for parcel, _ in lines.pop(key)]
             if lines is self._paced:
-                self.paced -= len(found)
-            taken += found
-        self._count -= len(taken)
+                self.paced -= len(parcels)
+            self._count -= len(parcels)
+            taken += [leased for parcel in parcels for leased in parcel]
+        self._leases -= len(taken)
         return taken

@@ -216,21 +216,21 @@ def lease(n: int, tenant: int, provider: int = 1) -> Leased:
 async def test_work_queue_takes_keys_in_turn_paced_first() -> None:
     work = WorkQueue(FakeClock())
     for n in range(3):
-        work.put((1, 1), (lease(n, 1), 0.0), paced=False)
-    work.put((2, 1), (lease(10, 2), 0.0), paced=False)
-    work.put((3, 2), (lease(20, 3, 2), 0.0), paced=True)
+        work.put((1, 1), [lease(n, 1)], 0.0, paced=False)
+    work.put((2, 1), [lease(10, 2)], 0.0, paced=False)
+    work.put((3, 2), [lease(20, 3, 2)], 0.0, paced=True)
     assert len(work) == 5 and work.paced == 1
     got: list[int] = []
     for _ in range(3):
         entry = await work.get()
         assert entry is not None
-        got.append(entry[0].id)
+        got.append(entry[0][0].id)
     # The paced lease first, then the keys in turn: not key (1, 1)'s whole line first.
     assert got == [20, 0, 10]
-    work.put((2, 1), (lease(11, 2), 0.0), paced=False)
+    work.put((2, 1), [lease(11, 2)], 0.0, paced=False)
     assert [x.id for x in work.take_provider(1)] == [1, 2, 11]
     assert len(work) == 0
-    work.put((3, 2), (lease(21, 3, 2), 0.0), paced=True)
+    work.put((3, 2), [lease(21, 3, 2)], 0.0, paced=True)
     work.close_one()
     assert [x.id for x in work.take_all()] == [21]
     assert len(work) == 0 and work.paced == 0
@@ -246,17 +246,17 @@ async def test_room_for_paced_and_unpaced_keys() -> None:
     for n in range(8):  # a sender took one every 5 ms: the first at 0 ms, the last at 35 ms
         if n:
             clock.advance(0.005)
-        work.put((3, 1), (lease(100 + n, 3), 0.0), paced=False)
+        work.put((3, 1), [lease(100 + n, 3)], 0.0, paced=False)
         assert await work.get() is not None
     assert work.busy == 8 and len(work) == 0
     assert work.room(dispatch, 8, paced=True) == 0  # all busy, none waiting: the free ones
     for n in range(5):
-        work.put((1, 1), (lease(n, 1), 0.0), paced=False)
+        work.put((1, 1), [lease(n, 1)], 0.0, paced=False)
     assert work.room(dispatch, 8, paced=False) == 3  # 8 + 8 - 13
     # Leases wait: the senders whose sends end within 10 ms (begun by 35 + 10 - 40 = 5 ms)
     # count: the ones that began at 0 and at 5 ms.
     assert work.room(dispatch, 8, paced=True) == 2
-    work.put((2, 1), (lease(9, 2), 0.0), paced=True)
+    work.put((2, 1), [lease(9, 2)], 0.0, paced=True)
     assert work.room(dispatch, 8, paced=True) == 1  # one of them is spoken for
     plain = DispatcherSettings(concurrency=8, batch=8, prefetch=0, token_lag_s=0.01)
     assert work.room(plain, 8, paced=False) == -6

@@ -12,11 +12,15 @@ Options (all strings, all optional):
     transiently, or fails permanently. The rest are delivered.
 ``seed``
     A whole number that makes the sequence of latencies and outcomes reproducible.
+``batch_max`` (default 1)
+    How many messages one call takes, as a provider with a batch API: a call of many waits
+    one latency, then draws each message's outcome.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from typing import Self
 
 from engine.clock import Clock, SystemClock
@@ -46,6 +50,9 @@ OPTIONS = (
         high=2**63 - 1,
         help="makes the latencies and outcomes reproducible",
     ),
+    OptionSpec(
+        "batch_max", "integer", 1, low=1, high=10_000, help="most messages taken in one call"
+    ),
 )
 
 
@@ -70,6 +77,7 @@ class SimulatedProvider:
         seed: int | None = None,
         rng: random.Random | None = None,
         clock: Clock | None = None,
+        batch_max: int = 1,
     ) -> None:
         if throttle_rate + error_rate + permanent_rate > 1.0 + 1e-9:
             raise ConfigError(
@@ -84,6 +92,7 @@ class SimulatedProvider:
         self.permanent_rate = permanent_rate
         self.retry_after_s = retry_after_s
         self.seed = seed
+        self.batch_max = batch_max
         self._rng = rng if rng is not None else random.Random(seed)
         self._clock = clock or SystemClock()
         self.sent = 0
@@ -101,6 +110,7 @@ class SimulatedProvider:
             permanent_rate=opts.number("permanent_rate"),
             retry_after_s=opts.number("retry_after_s"),
             seed=opts.integer("seed"),
+            batch_max=opts.integer("batch_max") or 1,
         )
 
     @property
@@ -133,6 +143,12 @@ class SimulatedProvider:
         self.sent += 1
         return self.draw_result()
 
+    async def send_many(self, messages: Sequence[Message]) -> list[SendResult]:
+        """Wait one drawn latency for the whole call, then draw each message's outcome."""
+        await self._clock.sleep(self.draw_latency_s())
+        self.sent += len(messages)
+        return [self.draw_result() for _ in messages]
+
     async def aclose(self) -> None:
         """Nothing to release."""
 
@@ -141,7 +157,7 @@ class SimulatedProvider:
             f"SimulatedProvider(name={self.name!r}, latency_ms={self.latency_ms:g}"
             f"±{self.latency_jitter_ms:g}, throttle_rate={self.throttle_rate:g}, "
             f"error_rate={self.error_rate:g}, permanent_rate={self.permanent_rate:g}, "
-            f"sent={self.sent})"
+            f"batch_max={self.batch_max}, sent={self.sent})"
         )
 
 
