@@ -196,8 +196,16 @@ def plot_fidelity(data: dict[str, Any]) -> str:
 
 def plot_fairness(data: dict[str, Any]) -> str:
     stores = [s for s in ("sqlite", "postgres") if s in data]
-    scenarios = ["alone", "burst", "burst_limited"]
-    fig, axes = plt.subplots(1, len(stores), figsize=(5 * len(stores), 3.6), squeeze=False)
+    scenarios = [
+        s for s in ("alone", "burst", "burst_limited", "burst_batched") if s in data[stores[0]]
+    ]
+    labels = {
+        "alone": "alone",
+        "burst": f"big tenant\n{data['backlog']:,} queued",
+        "burst_limited": "big tenant\nlimited",
+        "burst_batched": f"big tenant,\nbatches of {data.get('batch_max', '')}",
+    }
+    fig, axes = plt.subplots(1, len(stores), figsize=(5.5 * len(stores), 3.6), squeeze=False)
     for ax, store in zip(axes[0], stores, strict=True):
         width = 0.38
         for i, q in enumerate(("p50_ms", "p95_ms")):
@@ -205,11 +213,7 @@ def plot_fairness(data: dict[str, Any]) -> str:
             xs = [j + (i - 0.5) * width for j in range(len(scenarios))]
             bars = ax.bar(xs, ys, width, label=q.replace("_ms", ""))
             ax.bar_label(bars, fmt="%.0f", fontsize=7, padding=2)
-        ax.set_xticks(
-            range(len(scenarios)),
-            ["alone", f"big tenant\n{data['backlog']:,} queued", "big tenant\nlimited"],
-            fontsize=8,
-        )
+        ax.set_xticks(range(len(scenarios)), [labels[s] for s in scenarios], fontsize=8)
         ax.set_ylabel("small tenant latency, ms")
         ax.set_title("SQLite" if store == "sqlite" else "Postgres", fontsize=9)
         ax.legend(fontsize=8)
