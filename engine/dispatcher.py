@@ -269,7 +269,7 @@ class Dispatcher:
             lease_s=self.settings.lease_s,
             now=self._clock.wall(),
         )
-        leased, taken_at = await self._retake(buckets, reservation, claimed, reserved_at)
+        leased, taken_at = await self._retake(reservation, claimed, reserved_at)
         if probing:
             await self.circuits.probing(provider_id, leased)
         left = due.due - len(leased) if len(leased) == reservation.granted else 0
@@ -287,11 +287,7 @@ class Dispatcher:
         return len(leased), 0.0 if left else self.settings.poll_s, reservation
 
     async def _retake(
-        self,
-        buckets: Sequence[BucketKey],
-        reservation: Reservation,
-        claimed: list[Leased],
-        reserved_at: float,
+        self, reservation: Reservation, claimed: list[Leased], reserved_at: float
     ) -> tuple[list[Leased], float]:
         """Take the tokens again now that the leases are in hand; returns the leases that got
         one (the others are released) and when those tokens were taken (at the earliest). The
@@ -306,13 +302,13 @@ class Dispatcher:
                 await self._limiter.refund(reservation, reservation.granted - len(claimed))
                 self._not_before.clear()
             return claimed, reserved_at
-        await self._limiter.refund(reservation, reservation.granted)
         if len(claimed) < reservation.granted:
-            self._not_before.clear()  # tokens went back that other keys may take now
+            self._not_before.clear()  # tokens go back that other keys may take now
         taken_at = self._clock.monotonic()  # the earliest the tokens can be taken
         if not claimed:
+            await self._limiter.refund(reservation, reservation.granted)
             return claimed, taken_at
-        now = await self._limiter.reserve(buckets, len(claimed))
+        now = await self._limiter.retake(reservation, len(claimed))  # one step, one trip
         if now.granted < len(claimed):  # another worker or a block took them meanwhile
             await self._store.queue.release(self.owner, claimed[now.granted :])
         return claimed[: now.granted], taken_at

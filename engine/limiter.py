@@ -51,6 +51,11 @@ class Limiter(Protocol):
         """Give back ``n`` unused tokens of ``reservation`` to each of its buckets."""
         ...
 
+    async def retake(self, reservation: Reservation, n: int) -> Reservation:
+        """Give back every token of ``reservation`` and take up to ``n`` from its buckets again,
+        in one step: as ``refund`` then ``reserve``, with nothing in between."""
+        ...
+
     async def block(self, key: BucketKey, for_s: float) -> None:
         """Drain ``key``'s bucket and hold it empty for ``for_s`` seconds (a provider's 429).
         Works for unconfigured keys too: they are held closed for that time."""

@@ -163,6 +163,11 @@ class LocalLimiter:
     async def refund(self, reservation: Reservation, n: int) -> None:
         self.refund_at(self._clock.monotonic(), reservation, n)
 
+    async def retake(self, reservation: Reservation, n: int) -> Reservation:
+        now = self._clock.monotonic()
+        self.refund_at(now, reservation, reservation.granted)
+        return self.reserve_at(now, reservation.keys, n)
+
     async def block(self, key: BucketKey, for_s: float) -> None:
         self.block_at(self._clock.monotonic(), key, for_s)
 

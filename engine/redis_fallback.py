@@ -127,6 +127,13 @@ class LocalFallback:
     def refund(self, reservation: Reservation, n: int) -> None:
         self._shares().refund_at(self._clock.monotonic(), reservation, n)
 
+    def retake(self, reservation: Reservation, n: int) -> Granted:
+        """``refund`` every token of ``reservation`` (if this fallback granted it), then
+        ``reserve`` up to ``n`` again."""
+        if self.current(reservation):
+            self.refund(reservation, reservation.granted)
+        return self.reserve(reservation.keys, n)
+
     def block(self, key: BucketKey, for_s: float) -> None:
         self._shares().block_at(self._clock.monotonic(), key, for_s)
 

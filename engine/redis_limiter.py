@@ -196,6 +196,22 @@ class RedisLimiter:
         except _UNAVAILABLE as exc:
             self._degrade(exc)  # and the tokens stay out: they were Redis's, not the fallback's
 
+    async def retake(self, reservation: Reservation, n: int) -> Reservation:
+        """See ``Limiter.retake``: one script, one round trip. Tokens another backend granted
+        are not given back (as in ``refund``)."""
+        if n <= 0:
+            await self.refund(reservation, reservation.granted)
+            return Reservation(reservation.keys, 0)
+        if await self._use_redis():  # first: coming back to Redis starts a new era
+            back = reservation.granted if self._fallback.current(reservation) else 0
+            era = self._fallback.era
+            try:
+                return await self._reserve(reservation.keys, n, era, back=back)
+            except _UNAVAILABLE as exc:
+                self._degrade(exc)  # and the tokens stay out, as in ``refund``
+            return self._fallback.reserve(reservation.keys, n)
+        return self._fallback.retake(reservation, n)
+
     async def block(self, key: BucketKey, for_s: float) -> None:
         """See ``Limiter.block``. Raises ``ValueError`` when ``for_s`` is not finite."""
         if not math.isfinite(for_s):
@@ -277,11 +293,14 @@ class RedisLimiter:
             args = [self._member(key), repr(limit.rate_per_s), repr(limit.burst), fill]
         await self._script("configure", keys, args)
 
-    async def _reserve(self, keys: tuple[BucketKey, ...], n: int, era: int) -> Reservation:
+    async def _reserve(
+        self, keys: tuple[BucketKey, ...], n: int, era: int, *, back: int = 0
+    ) -> Reservation:
+        """Reserve ``n`` from ``keys``, after giving ``back`` tokens to each."""
         redis_keys = [self._marker_key, self._peers_key, *self._hashes(keys)]
         now = self._clock.monotonic()
         counting = now >= self._count_peers_at  # the set of peers needs no write per reservation
-        args = [n, self._name if counting else "", _PEERS_ARG]
+        args = [n, self._name if counting else "", _PEERS_ARG, back]
         granted, wait = -1, "0"
         for _ in range(2):
             granted, wait, peers = await self._script("reserve", redis_keys, args)
@@ -292,6 +311,7 @@ class RedisLimiter:
                     self._fallback.saw_peers(int(peers))
                 break
             await self._seed()
+            args[3] = 0  # Redis lost its data: the buckets it is seeded with start empty
         granted = max(0, int(granted))
         wait_s = float(_text(wait))
         return Granted(keys, granted, math.inf if wait_s < 0 else wait_s, era=era)

@@ -51,15 +51,20 @@ class StallsOnce:
         await self.inner.configure(key, limit)
 
     async def reserve(self, keys: Sequence[BucketKey], n: int) -> Reservation:
-        got = await self.inner.reserve(keys, n)
+        return await self._granted(await self.inner.reserve(keys, n))
+
+    async def refund(self, reservation: Reservation, n: int) -> None:
+        await self.inner.refund(reservation, n)
+
+    async def retake(self, reservation: Reservation, n: int) -> Reservation:
+        return await self._granted(await self.inner.retake(reservation, n))
+
+    async def _granted(self, got: Reservation) -> Reservation:
         if got.granted > 1:
             self.batches += 1
             if self.batches == 2:
                 await self.clock.sleep(STALL_S)
         return got
-
-    async def refund(self, reservation: Reservation, n: int) -> None:
-        await self.inner.refund(reservation, n)
 
     async def block(self, key: BucketKey, for_s: float) -> None:
         await self.inner.block(key, for_s)

@@ -211,6 +211,37 @@ async def test_refund_skips_removed_and_blocked_buckets(limiter: Limiter) -> Non
     assert await tokens(limiter) == {PROVIDER: 0.0}
 
 
+RETAKES = [
+    (1, 1, {TENANT: 4.0, PROVIDER: 2.0}),
+    (3, 3, {TENANT: 2.0, PROVIDER: 0.0}),
+    (7, 3, {TENANT: 2.0, PROVIDER: 0.0}),  # all it gave back, and no more: the provider's 3
+    (0, 0, {TENANT: 5.0, PROVIDER: 3.0}),
+]
+
+
+@pytest.mark.parametrize(("n", "granted", "left"), RETAKES)
+async def test_retake_gives_back_then_takes_again(
+    limiter: Limiter, n: int, granted: int, left: dict[BucketKey, float]
+) -> None:
+    await configured(limiter, {TENANT: Limit(0.5, 5.0), PROVIDER: Limit(0.5, 3.0)})
+    reservation = await limiter.reserve(SEND, 3)
+    again = await limiter.retake(reservation, n)
+    assert (again.keys, again.granted) == (reservation.keys, granted)
+    assert await tokens(limiter) == near(left)
+
+
+async def test_retake_gives_nothing_to_a_blocked_bucket_and_takes_nothing_from_it(
+    limiter: Limiter,
+) -> None:
+    await configured(limiter, {TENANT: Limit(0.5, 5.0), PROVIDER: Limit(0.5, 3.0)})
+    reservation = await limiter.reserve(SEND, 2)
+    await limiter.block(PROVIDER, 10.0)
+    again = await limiter.retake(reservation, 2)
+    assert again.granted == 0
+    assert again.wait_s == pytest.approx(12.0, abs=0.5)  # the block, then a token at 0.5/s
+    assert await tokens(limiter) == near({TENANT: 5.0, PROVIDER: 0.0})
+
+
 async def test_block_on_a_configured_key_holds_it_empty_then_refills(limiter: Limiter) -> None:
     await configured(limiter, {TENANT: Limit(1.0, 5.0), PROVIDER: Limit(4.0, 4.0)})
     await limiter.block(PROVIDER, 0.3)

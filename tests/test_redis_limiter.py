@@ -564,6 +564,42 @@ async def test_tokens_redis_granted_are_not_refunded_into_the_fallback(
     within_share(grants, LIMIT, workers=2, failed_at=failed_at)
 
 
+async def test_a_retake_is_one_round_trip(make: Make) -> None:
+    limiter = await make()
+    await limiter.configure(TENANT, LIMIT)
+    first = await limiter.reserve(SEND, 4)
+    scripts: list[str] = []
+    run = limiter._script
+
+    async def counted(name: str, keys: Sequence[str], args: Sequence[Any] = ()) -> Any:
+        scripts.append(name)
+        return await run(name, keys, args)
+
+    limiter._script = counted  # type: ignore[method-assign]
+    again = await limiter.retake(first, 2)
+    assert (again.granted, scripts) == (2, ["reserve"])
+
+
+async def test_a_retake_after_redis_went_away_gives_nothing_to_the_fallback(
+    server: RedisServer, on_server: Callable[..., RedisLimiter]
+) -> None:
+    """As the refund above, through the one-step retake: the claim's tokens were Redis's."""
+    clock = FakeClock()
+    limiter = on_server(clock, fallback_workers=lambda: 2, call_timeout_s=0.2)
+    await limiter.configure(TENANT, LIMIT)
+    first = await limiter.reserve([TENANT], 10)
+    assert first.granted == 10
+    kill(server)
+    failed_at = clock.monotonic()
+    again = await limiter.retake(first, 10)
+    assert limiter.degraded
+    grants: Grants = [(clock.monotonic(), again.granted)]
+    clock.advance(0.1)
+    await take(limiter, clock, grants, 10)
+    assert again.granted == 0
+    within_share(grants, LIMIT, workers=2, failed_at=failed_at)
+
+
 async def test_a_late_refund_of_redis_tokens_does_not_add_to_a_refilled_fallback(
     server: RedisServer, on_server: Callable[..., RedisLimiter]
 ) -> None:

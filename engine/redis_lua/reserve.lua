@@ -1,7 +1,9 @@
 -- KEYS: the seed marker, the set of processes that reserved lately, then each bucket of a send.
 -- ARGV: n, the tokens asked for (> 0); this process's name in that set, or '' to leave the set
 -- alone this time (a process writes it a few times a second, not on every reservation); how
--- many seconds a process stays in it after its last reservation.
+-- many seconds a process stays in it after its last reservation; tokens to give back to each
+-- bucket first (0 for none: a retake gives back its earlier reservation, as refund.lua does,
+-- and takes again in the same step).
 -- Returns {granted, wait_s, processes}: wait_s a string ('-1' for never), processes how many
 -- reserved within that time, this one included (the share each falls back to if Redis goes
 -- away), or -1 when the set was left alone. Or {-1, '0', 0} when the marker is gone: Redis lost
@@ -19,12 +21,17 @@ if ARGV[2] ~= '' then
   redis.call('PEXPIRE', KEYS[2], ms(seen_s))
   processes = redis.call('ZCARD', KEYS[2])
 end
+local back = tonumber(ARGV[4])
 local buckets, keys, blocked, granted = {}, {}, 0, n
 for i = 3, #KEYS do
   local f = fields(KEYS[i])
-  blocked = math.max(blocked, blocked_for(f, now))
+  local held = blocked_for(f, now)
+  blocked = math.max(blocked, held)
   local b = load(f, now)
   if b then
+    if held == 0 then
+      b.tokens = math.min(b.burst, b.tokens + back)
+    end
     buckets[#buckets + 1] = b
     keys[#buckets] = KEYS[i]
     granted = math.min(granted, whole(b.tokens))
@@ -33,7 +40,7 @@ end
 if blocked > 0 then
   granted = 0
 end
-if granted > 0 then
+if granted > 0 or back > 0 then
   for i, b in ipairs(buckets) do
     b.tokens = b.tokens - granted
     save(keys[i], b, now)
