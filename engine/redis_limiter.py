@@ -142,6 +142,7 @@ class RedisLimiter:
         self._peers_key = f"{prefix}:peers:v2"
         self._name = uuid.uuid4().hex  # this process's, among the peers
         self._names: dict[BucketKey, str] = {}
+        self._reserve_keys: dict[tuple[BucketKey, ...], list[str]] = {}
         self._fallback = LocalFallback(clock, fallback_workers or (lambda: 1))
         self._pending: dict[BucketKey, Limit | None] = {}  # configured while Redis was away
         self._next_probe = 0.0
@@ -174,7 +175,7 @@ class RedisLimiter:
         unique = tuple(dict.fromkeys(keys))
         if n <= 0:
             return Reservation(unique, 0)
-        if await self._use_redis():
+        if not self._fallback.active or await self._use_redis():
             era = self._fallback.era  # Redis's, even if the answer comes after a fallback took over
             try:
                 return await self._reserve(unique, n, era)
@@ -202,7 +203,7 @@ class RedisLimiter:
         if n <= 0:
             await self.refund(reservation, reservation.granted)
             return Reservation(reservation.keys, 0)
-        if await self._use_redis():  # first: coming back to Redis starts a new era
+        if not self._fallback.active or await self._use_redis():  # first: a new era
             back = reservation.granted if self._fallback.current(reservation) else 0
             era = self._fallback.era
             try:
@@ -297,7 +298,11 @@ class RedisLimiter:
         self, keys: tuple[BucketKey, ...], n: int, era: int, *, back: int = 0
     ) -> Reservation:
         """Reserve ``n`` from ``keys``, after giving ``back`` tokens to each."""
-        redis_keys = [self._marker_key, self._peers_key, *self._hashes(keys)]
+        redis_keys = self._reserve_keys.get(keys)
+        if redis_keys is None:  # the same few tuples again and again: build each once
+            redis_keys = [self._marker_key, self._peers_key, *self._hashes(keys)]
+            if len(self._reserve_keys) < 4096:
+                self._reserve_keys[keys] = redis_keys
         now = self._clock.monotonic()
         counting = now >= self._count_peers_at  # the set of peers needs no write per reservation
         args = [n, self._name if counting else "", _PEERS_ARG, back]
