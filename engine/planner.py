@@ -33,6 +33,7 @@ from engine.plan_model import LimitChange, PlanResult, ProviderModel, ProviderPl
 from engine.plan_store import MemoryConfig, PlanLedger, PlanStore
 from engine.providers.base import Provider, ProviderConfig, ProviderFactory
 from engine.providers.simulated import SimulatedProvider
+from engine.store import Completion
 from engine.store.records import PairLimit, ProviderRecord, TenantRecord
 from engine.telemetry import Telemetry, percentile
 from engine.virtual_loop import LoopClock, run_virtual
@@ -151,6 +152,22 @@ class PacingLimiter(LocalLimiter):
         return found
 
 
+class _Untallied(Telemetry):
+    """Telemetry nobody reads: a plan's figures come from its ledger. The dispatcher reports
+    to it as to any other (what it reports decides nothing), at no cost per send."""
+
+    def completed(
+        self,
+        completion: Completion,
+        tenants: Mapping[int, TenantRecord],
+        providers: Mapping[int, ProviderRecord],
+    ) -> None:
+        pass
+
+    def observe_send(self, provider: str, duration_s: float) -> None:
+        pass
+
+
 def _rate(limits: Mapping[BucketKey, Limit], key: BucketKey) -> float:
     limit = limits.get(key)
     return limit.rate_per_s if limit is not None else 0.0  # a block: no refill at all
@@ -190,7 +207,7 @@ async def _simulate(
         store,
         limiter,
         directory,
-        Telemetry(clock),
+        _Untallied(clock),
         clock,
         owner="planner",
         settings=settings,
