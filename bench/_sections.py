@@ -211,9 +211,21 @@ def _pgq(d: Data) -> dict[str, Data] | None:
     }
 
 
+def _wide_gain(d: Data, key: str) -> float | None:
+    """OmniPost's rate at the wide batch over its rate at the default one."""
+    run = d.get(key, {})
+    if "omnipost" not in run or "omnipost_wide" not in run:
+        return None
+    return float(run["omnipost_wide"]["per_s"]["median"] / run["omnipost"]["per_s"]["median"])
+
+
 def drain(d: Data) -> Context:
     return {
         **d,
+        "wide_gain": {
+            name: _wide_gain(d, key)
+            for name, key in (("Postgres", "postgres_async-commit"), ("SQLite", "sqlite"))
+        },
         "rows": _drain_rows(d),
         "probes": _probe_rows(d),
         "pg": _ratios(d, "postgres_async-commit"),
@@ -370,6 +382,13 @@ def fairness(d: Data) -> Context:
             for scenario, r in (d.get(store) or {}).items()
         ],
         "p95": {name: d[store] for store, name in STORES.items() if d.get(store)},
+        # The large tenant one send per call, against what its senders could carry.
+        "ceiling_per_s": d["concurrency"] / (d["latency_ms"] / 1000),
+        "busy": {
+            name: d[store]["burst"]["big_per_s"] * d["latency_ms"] / 1000
+            for store, name in STORES.items()
+            if d.get(store) and "burst" in d[store]
+        },
     }
 
 
