@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import heapq
 import selectors
 import sys
@@ -136,7 +137,10 @@ class _LeanVirtualLoop(_VirtualLoop):
         if self._debug:
             self._check_thread()  # type: ignore[attr-defined]
             self._check_callback(callback, "call_at")  # type: ignore[attr-defined]
-        timer = asyncio.TimerHandle(when, callback, args, self, context)
+        if self._debug:  # asyncio's own, which records where it was made
+            timer: asyncio.TimerHandle = asyncio.TimerHandle(when, callback, args, self, context)
+        else:
+            timer = _Timer(when, callback, args, self, context)
         heapq.heappush(self._scheduled, (when, timer))
         timer._scheduled = True  # type: ignore[attr-defined]
         return timer
@@ -196,6 +200,46 @@ class _LeanVirtualLoop(_VirtualLoop):
                 _, timer = heapq.heappop(scheduled)
                 timer._scheduled = False
         return scheduled
+
+
+class _Timer(asyncio.TimerHandle):
+    """A ``TimerHandle`` of a loop not in debug mode, made and cancelled without asyncio's
+    layers for debugging (a traceback of where it was made, a repr kept when cancelled) and
+    with the same state: a plan makes and cancels some three per send, most of them after
+    they ran (the waits of ``LoopClock`` cancel their timer whichever way they end)."""
+
+    __slots__ = ()
+
+    def __init__(
+        self,
+        when: float,
+        callback: Callable[..., object],
+        args: tuple[Any, ...],
+        loop: _LeanVirtualLoop,
+        context: Context | None,
+    ) -> None:
+        self._context = context if context is not None else contextvars.copy_context()
+        self._loop = loop
+        self._callback = callback
+        self._args = args
+        self._cancelled = False
+        self._repr = None
+        self._source_traceback = None
+        self._when = when
+        self._scheduled = False
+
+    def cancel(self) -> None:
+        """``TimerHandle.cancel``: counted as cancelled on the heap while it is still there."""
+        if self._cancelled:
+            return
+        if self._loop._debug:  # set after it was made
+            super().cancel()
+            return
+        if self._scheduled:  # ``BaseEventLoop._timer_handle_cancelled``
+            self._loop._timer_cancelled_count += 1
+        self._cancelled = True
+        self._callback = None  # type: ignore[assignment]  # as asyncio drops the references
+        self._args = None  # type: ignore[assignment]
 
 
 class LoopClock(SystemClock):
