@@ -170,8 +170,9 @@ class QueueRepo(QueueReads):
                     .where(
                         N.c.id.in_([item.id for item in chunk])
                         & sa.tuple_(N.c.id, N.c.attempt).in_([(i.id, i.attempt) for i in chunk])
-                        & (N.c.lease_owner == owner)
-                        & (N.c.state == _LEASED)
+                        # No index serves these: the rows are found by id (see _DELIVER).
+                        & N.c.lease_owner.is_not_distinct_from(owner)
+                        & N.c.state.is_not_distinct_from(_LEASED)
                     )
                     .values(state=_QUEUED, lease_owner=None, lease_expires_at=None)
                 )
