@@ -9,7 +9,7 @@ For each database (a SQLite file; Postgres, a fresh database with ``synchronous_
 off``), stores are set up the same way, ``omnipost migrate``, then tenants ``history``,
 ``backlog`` (1/s, burst 1) and ``fresh`` and a ``file`` provider, and differ only in the rows
 bulk-inserted in SQL after the migration (one ``INSERT ... SELECT`` each; every recipient is
-the same real Fernet token): ``empty`` gets none, ``deep`` the history and backlog above, and
+the same real encrypted token): ``empty`` gets none, ``deep`` the history and backlog above, and
 ``shallow`` ``--shallow`` rows queued for ``backlog`` (more than the dispatcher counts per
 key) and no history. Deep over shallow is the cost of depth; shallow over empty that of a
 throttled tenant with work (``--shallow 0`` leaves it out). Then ``VACUUM ANALYZE`` on

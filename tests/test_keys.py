@@ -79,16 +79,22 @@ def tokens(url: str) -> dict[str, str]:
 
 
 def written_by(found: dict[str, str], key: str) -> set[str]:
-    """The rows whose token ``key`` alone reads."""
-    fernet = Fernet(key)
+    """The rows whose token ``key`` alone reads, in the current format or the Fernet one."""
+    box = SecretBox([key])
     rows = set()
     for row, token in found.items():
         try:
-            fernet.decrypt(token.encode())
-        except Exception:  # noqa: BLE001 - InvalidToken: another key wrote it
+            box.decrypt(token)
+        except OmniPostError:  # another key wrote it
             continue
         rows.add(row)
     return rows
+
+
+def current_under(found: dict[str, str], key: str) -> set[str]:
+    """The rows whose token ``key`` wrote in the current format (``rotate`` leaves them)."""
+    box = SecretBox([key])
+    return {row for row, token in found.items() if box.is_current(token)}
 
 
 def use_keys(monkeypatch: pytest.MonkeyPatch, *keys: str) -> None:
@@ -190,6 +196,7 @@ def test_after_rotation_the_new_key_alone_reads_and_delivers_everything(
     after = tokens(url)
     assert after.keys() == before.keys()
     assert written_by(after, NEW) == set(after) and not written_by(after, OLD)
+    assert current_under(after, NEW) == set(after)
     assert cli.json("keys", "rotate")["rewritten"] == 0  # nothing left to do
     assert tokens(url) == after
 
@@ -214,6 +221,39 @@ def test_after_rotation_the_new_key_alone_reads_and_delivers_everything(
     everything = "".join(cli.transcript)
     assert SECRET not in everything and "u1@example.com" not in everything
     assert NEW not in everything and OLD not in everything
+
+
+def test_rotation_rewrites_fernet_tokens_of_an_older_store_under_the_same_key(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store from before the current format holds Fernet tokens: read as they are, and
+    ``keys rotate`` rewrites them in the current format, even under the one key it has."""
+    assert cli.db_url is not None
+    url = cli.db_url
+    use_keys(monkeypatch, OLD)
+    out = file_run(cli, tmp_path, ["a"], rate="1000", burst="1000")
+    for key in ("b", "c"):
+        cli.ok("enqueue", "acme", "audit", f"{key}@example.com", "--key", key)
+    fernet = Fernet(OLD)
+    for key in ("b", "c"):  # as the Fernet format wrote them
+        token = fernet.encrypt(f"{key}@example.com".encode()).decode()
+        sql(
+            url,
+            "UPDATE notifications SET recipient = :t WHERE idempotency_key = :k",
+            t=token,
+            k=key,
+        )
+    before = tokens(url)
+    assert len(current_under(before, OLD)) == 1  # a's, written in the current format
+
+    assert cli.json("keys", "rotate", "--dry-run")["rewritten"] == 2
+    assert cli.json("keys", "rotate")["rewritten"] == 2
+    after = tokens(url)
+    assert current_under(after, OLD) == set(after)
+    assert cli.json("keys", "rotate")["rewritten"] == 0
+    cli.ok("worker", "--until-empty", "--quiet")
+    recipients = {line["idempotency_key"]: line["recipient"] for line in read_lines(out)}
+    assert recipients == {"a": "u0@example.com", "b": "b@example.com", "c": "c@example.com"}
 
 
 def test_a_row_no_key_reads_is_named_and_nothing_is_rewritten(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import sqlite3
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from cryptography.fernet import Fernet
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from engine.crypto import SecretBox, mask, mask_mapping
@@ -151,10 +153,43 @@ def test_rotation_reads_old_tokens_and_writes_with_the_newest_key() -> None:
     assert SecretBox.from_text(f" {new_key} ,, {old_key} ").decrypt(token) == RECIPIENT
 
 
+def test_a_token_is_fresh_each_time_and_tampering_with_any_byte_is_refused() -> None:
+    box = SecretBox([SecretBox.generate_key()])
+    token = box.encrypt(RECIPIENT)
+    assert box.encrypt(RECIPIENT) != token, "a random nonce per token"
+    raw = base64.urlsafe_b64decode(token)
+    assert raw[0] == 2 and len(raw) == 5 + 12 + len(RECIPIENT) + 16
+    for index in (0, 1, 4, 5, 16, 17, len(raw) - 1):  # version, key id, nonce, text, tag
+        bad = bytearray(raw)
+        bad[index] ^= 0x01
+        forged = base64.urlsafe_b64encode(bytes(bad)).decode()
+        with pytest.raises(OmniPostError, match="cannot be decrypted"):
+            box.decrypt(forged)
+        assert not box.is_current(forged)
+
+
+def test_fernet_tokens_of_the_earlier_format_are_read_and_rotated_into_the_current_one() -> None:
+    old_key, new_key = SecretBox.generate_key(), SecretBox.generate_key()
+    legacy = Fernet(old_key).encrypt(RECIPIENT.encode()).decode()
+    same = SecretBox([old_key])
+    assert same.decrypt(legacy) == RECIPIENT
+    assert not same.is_current(legacy), "rotation rewrites it even under the same key"
+    rotated = same.rotate(legacy)
+    assert rotated != legacy and same.is_current(rotated) and same.decrypt(rotated) == RECIPIENT
+
+    both = SecretBox([new_key, old_key])
+    assert both.decrypt(legacy) == RECIPIENT
+    assert not both.is_current(rotated), "the older key wrote it"
+    assert SecretBox([new_key]).decrypt(both.rotate(legacy)) == RECIPIENT
+    with pytest.raises(OmniPostError, match="OMNIPOST_KEYS"):
+        SecretBox([new_key]).decrypt(legacy)
+
+
 @pytest.mark.parametrize(
     "token",
     [
         SecretBox([SecretBox.generate_key()]).encrypt(RECIPIENT),  # another key
+        Fernet(Fernet.generate_key()).encrypt(RECIPIENT.encode()).decode(),  # another, Fernet
         "not a token",
         "gAAAAA-truncated",
         "",

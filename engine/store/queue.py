@@ -34,6 +34,7 @@ _CHUNK = 500
 _QUEUED = NotificationState.QUEUED.value
 _LEASED = NotificationState.LEASED.value
 _DEAD = NotificationState.DEAD.value
+_dumps = json.JSONEncoder(separators=(",", ":")).encode  # json.dumps builds one per call
 
 
 class QueueRepo(QueueReads):
@@ -71,7 +72,7 @@ class QueueRepo(QueueReads):
             "tenant_id": tenant_id,
             "provider_id": item.provider_id,
             "recipient": self._box.encrypt(item.recipient),
-            "payload": json.dumps(item.payload, separators=(",", ":")),
+            "payload": _dumps(item.payload),
             "idempotency_key": item.idempotency_key,
             "priority": item.priority,
             "state": _QUEUED,

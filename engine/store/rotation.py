@@ -1,7 +1,7 @@
 """Key rotation in the store: every stored secret re-encrypted under the newest key, so that
 the older keys can be retired.
 
-Two columns hold Fernet tokens: ``notifications.recipient`` (every state: queued, leased,
+Two columns hold ``SecretBox`` tokens: ``notifications.recipient`` (every state: queued, leased,
 delivered, dead) and ``providers.secrets``; the delivery and audit logs hold none (the audit
 log names secrets, never their values). Each is walked by primary key in batches (keyset
 pagination: bounded memory, no offset scans), each batch read in one short transaction and
@@ -9,7 +9,8 @@ written in another, so SQLite's one write lock is never held long and a Postgres
 never grows. An interrupted walk loses at most the batch under way, and a second one finds
 nothing left to do.
 
-A row is rewritten only when its token is not under the newest key, by a compare-and-set on
+A row is rewritten only when its token is not under the newest key (or is in the earlier
+Fernet format, which is rewritten in the current one), by a compare-and-set on
 that token: only the token's column is set, so a worker that changed the row's state meanwhile
 keeps its change; a row deleted meanwhile is skipped; another rotator's rewrite makes this one
 a no-op. A token is a safe version to compare with: a recipient never changes, and a

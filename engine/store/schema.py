@@ -53,7 +53,7 @@ providers = sa.Table(
     sa.Column("rate_per_s", sa.Double, nullable=True),
     sa.Column("burst", sa.Double, nullable=True),
     sa.Column("options", sa.Text, nullable=False, server_default="{}"),
-    # A Fernet token of the JSON object of secrets; never plaintext.
+    # A SecretBox token of the JSON object of secrets; never plaintext.
     sa.Column("secrets", sa.Text, nullable=True),
     sa.Column("created_at", sa.Double, nullable=False),
 )
@@ -73,7 +73,7 @@ notifications = sa.Table(
     sa.Column("id", BigId, primary_key=True, autoincrement=True),
     sa.Column("tenant_id", sa.Integer, sa.ForeignKey("tenants.id"), nullable=False),
     sa.Column("provider_id", sa.Integer, sa.ForeignKey("providers.id"), nullable=False),
-    sa.Column("recipient", sa.Text, nullable=False),  # Fernet token
+    sa.Column("recipient", sa.Text, nullable=False),  # SecretBox token (engine/crypto.py)
     sa.Column("payload", sa.Text, nullable=False),  # JSON
     sa.Column("idempotency_key", sa.String(200), nullable=False),
     sa.Column("priority", sa.Integer, nullable=False, server_default="0"),
