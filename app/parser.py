@@ -282,8 +282,9 @@ def _run_parsers(sub: Any, common: _Parser) -> None:
     p.add_argument(
         "--prefetch",
         type=_non_negative_int,
-        default=16,
-        help="leases taken ahead of the free senders for keys no limit paces (0: none)",
+        default=None,
+        help="leases taken ahead of the free senders for keys no limit paces"
+        " (default: one batch, 32; 0: none)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     _redis_arg(p)

@@ -27,7 +27,7 @@ def build_engine(
     *,
     concurrency: int = 16,
     lease_s: float = 30.0,
-    prefetch: int = 16,
+    prefetch: int | None = None,
     actor: str = "cli",
     redis_url: str | None = None,
 ) -> Engine:

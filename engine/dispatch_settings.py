@@ -14,8 +14,9 @@ class DispatcherSettings:
     concurrency: int = 16
     batch: int = 32  # most leases taken for one key in one visit
     # Leases taken ahead of the free senders, for keys that no limit paces: a slow provider
-    # would otherwise shrink each claim to the senders free at that instant. 0: none ahead.
-    prefetch: int = 16
+    # would otherwise shrink each claim to the senders free at that instant. None: one batch
+    # (``ahead``); 0: none ahead.
+    prefetch: int | None = None
     lease_s: float = 30.0
     poll_s: float = 0.5  # longest sleep without a wake-up
     send_timeout_s: float = 60.0  # a provider call longer than this is a transient failure
@@ -26,3 +27,9 @@ class DispatcherSettings:
     # A token older than this when its send starts (the process was held up in between) is
     # replaced by a fresh one: the provider never sees a send later than this after its token.
     token_lag_s: float = 0.01
+
+    @property
+    def ahead(self) -> int:
+        """Leases a key that no limit paces may hold waiting for a sender: ``prefetch``, or one
+        batch, so that the next claim can be a whole batch while the senders work."""
+        return self.batch if self.prefetch is None else self.prefetch

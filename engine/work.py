@@ -1,6 +1,6 @@
 """Leases waiting for a sender: taken in turn over their (tenant, provider) keys.
 
-The dispatcher may lease ahead of its free senders (``DispatcherSettings.prefetch``), so a
+The dispatcher may lease ahead of its free senders (``DispatcherSettings.ahead``), so a
 few leases can wait here for one. They wait in one line per key, and senders take from the
 lines in turn: a lease of a small tenant claimed behind a large tenant's batch waits for the
 next free sender, not for the batch. Leases that hold a token (their key has a limit) go
@@ -86,15 +86,16 @@ class WorkQueue:
         """How many a key may lease now, at most a batch, for parcels of ``per`` leases.
         Parcels ahead of the free senders keep claims full (one claim of a batch while the
         senders work through the last): a key that no limit paces may lease
-        ``settings.prefetch`` parcels ahead. A paced key's parcels hold tokens, which go stale
-        waiting: they go before the others, and while others wait it may lease for the
-        senders expected (from the sends' mean time) to come free within ``token_lag_s``;
-        else (and with no prefetch) only for the free ones."""
+        ``settings.ahead`` parcels ahead (one batch unless ``prefetch`` says otherwise). A
+        paced key's parcels hold tokens, which go stale waiting: they go before the others,
+        and while others wait it may lease for the senders expected (from the sends' mean
+        time) to come free within ``token_lag_s``; else (and with no prefetch) only for the
+        free ones."""
         if not paced:
-            free = concurrency + settings.prefetch - self._count - len(self._sending)
+            free = concurrency + settings.ahead - self._count - len(self._sending)
             return min(free * per, settings.batch)
         free = concurrency - len(self._sending) - self.paced
-        if settings.prefetch and self._count > self.paced and self.send_s is not None:
+        if settings.ahead and self._count > self.paced and self.send_s is not None:
             due = self._clock.monotonic() + settings.token_lag_s - self.send_s
             free += sum(1 for began, _ in self._sending.values() if began <= due)
         return min(free * per, settings.batch)

@@ -67,13 +67,13 @@ def varied_kind(clock: FakeClock) -> ProviderFactory:
     return Varied
 
 
-def settings(prefetch: int) -> EngineSettings:
+def settings(prefetch: int | None) -> EngineSettings:
     return EngineSettings(
         dispatch=DispatcherSettings(concurrency=CONCURRENCY, batch=BATCH, prefetch=prefetch)
     )
 
 
-async def drain_big(engines: VirtualEngines, prefetch: int, n: int) -> tuple[float, int]:
+async def drain_big(engines: VirtualEngines, prefetch: int | None, n: int) -> tuple[float, int]:
     """Drain ``n`` of an unlimited tenant through the slow provider; returns the virtual
     seconds until the last was delivered and the most leases out at once (sending or
     waiting)."""
@@ -102,8 +102,12 @@ async def drain_big(engines: VirtualEngines, prefetch: int, n: int) -> tuple[flo
     return took_s, most
 
 
-async def test_senders_stay_busy_with_a_slow_provider(engines: VirtualEngines) -> None:
-    ahead_s, ahead_most = await drain_big(engines, BATCH, 400)
+@pytest.mark.parametrize("ahead", [BATCH, None], ids=["prefetch=batch", "default"])
+async def test_senders_stay_busy_with_a_slow_provider(
+    engines: VirtualEngines, ahead: int | None
+) -> None:
+    """The default (``prefetch=None``) is one batch ahead."""
+    ahead_s, ahead_most = await drain_big(engines, ahead, 400)
     plain_s, plain_most = await drain_big(engines, 0, 400)
     # The senders' own bound: 400 sends of 50 ms on average, 8 at a time. With leases ahead
     # a sender that comes free finds one waiting; without, it waits for the next claim.
@@ -113,6 +117,13 @@ async def test_senders_stay_busy_with_a_slow_provider(engines: VirtualEngines) -
     # Bounded: the senders and the prefetch, never more.
     assert ahead_most <= CONCURRENCY + BATCH
     assert plain_most <= CONCURRENCY
+
+
+def test_prefetch_defaults_to_one_batch_and_says_so_when_set() -> None:
+    assert DispatcherSettings().ahead == DispatcherSettings().batch == 32
+    assert DispatcherSettings(batch=64).ahead == 64
+    assert DispatcherSettings(batch=64, prefetch=8).ahead == 8
+    assert DispatcherSettings(prefetch=0).ahead == 0
 
 
 async def test_stop_returns_the_leases_waiting_for_a_sender(

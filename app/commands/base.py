@@ -18,7 +18,7 @@ async def open_engine(
     *,
     concurrency: int = 16,
     lease_s: float = 30.0,
-    prefetch: int = 16,
+    prefetch: int | None = None,
     redis_url: str | None = None,
 ) -> AsyncIterator[Engine]:
     """An opened engine on ``ctx``'s store (not dispatching until started), closed after."""

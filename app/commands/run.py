@@ -27,7 +27,7 @@ class WorkerRun:
 
     concurrency: int = 16
     lease_s: float = 30.0
-    prefetch: int = 16
+    prefetch: int | None = None  # None: one batch ahead
     until_empty: bool = False
     duration_s: float | None = None
     quiet: bool = False
