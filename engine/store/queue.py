@@ -27,7 +27,7 @@ from engine.store.records import (
 )
 from engine.store.schema import delivery_log, notifications
 
-__all__ = ["QueueRepo"]
+__all__ = ["LEASED_ONLY", "QueueRepo", "reap_statement", "renew_statement"]
 
 N = notifications
 _CHUNK = 500
@@ -35,6 +35,9 @@ _QUEUED = NotificationState.QUEUED.value
 _LEASED = NotificationState.LEASED.value
 _DEAD = NotificationState.DEAD.value
 _dumps = json.JSONEncoder(separators=(",", ":")).encode  # json.dumps builds one per call
+# Leased rows, with the state as a literal: the lease indexes are partial on exactly this, and a
+# Postgres prepared statement's generic plan uses them only when its text says so (schema.py).
+LEASED_ONLY = N.c.state == sa.literal_column(f"'{_LEASED}'")
 
 
 class QueueRepo(QueueReads):
@@ -137,22 +140,10 @@ class QueueRepo(QueueReads):
 
     async def renew(self, owner: str, *, lease_s: float, now: float) -> int:
         """Extend every lease ``owner`` holds; returns how many it still holds."""
-
-        # Rows being completed right now are skipped (Postgres): they need no renewal, and
-        # waiting on them would invite a deadlock with the completer.
-        mine = (
-            sa.select(N.c.id)
-            .where((N.c.lease_owner == owner) & (N.c.state == _LEASED))
-            .order_by(N.c.id)
-        )
+        statement = renew_statement(owner, now + lease_s, is_sqlite=self._db.is_sqlite)
 
         async def tx(conn: AsyncConnection) -> int:
-            result = await conn.execute(
-                N.update()
-                .where(N.c.id.in_(picked_once(mine, is_sqlite=self._db.is_sqlite)))
-                .values(lease_expires_at=now + lease_s)
-            )
-            return int(result.rowcount)
+            return int((await conn.execute(statement)).rowcount)
 
         return await self._db.write(tx)
 
@@ -233,12 +224,7 @@ class QueueRepo(QueueReads):
         """Return every expired lease to the queue; the next claim bumps its attempt."""
 
         async def tx(conn: AsyncConnection) -> int:
-            result = await conn.execute(
-                N.update()
-                .where((N.c.state == _LEASED) & (N.c.lease_expires_at < now))
-                .values(state=_QUEUED, lease_owner=None, lease_expires_at=None, available_at=now)
-            )
-            return int(result.rowcount)
+            return int((await conn.execute(reap_statement(now))).rowcount)
 
         return await self._db.write(tx)
 
@@ -265,6 +251,28 @@ class QueueRepo(QueueReads):
             return int((await conn.execute(N.delete().where(_dead(tenant_id, ids)))).rowcount)
 
         return await self._db.write(tx)
+
+
+def renew_statement(owner: str, until: float, *, is_sqlite: bool) -> sa.Update:
+    """Extend ``owner``'s leases to ``until``: found through ``ix_notifications_leased_owner``.
+    Rows being completed right now are skipped (Postgres): they need no renewal, and waiting
+    on them would invite a deadlock with the completer."""
+    mine = sa.select(N.c.id).where((N.c.lease_owner == owner) & LEASED_ONLY).order_by(N.c.id)
+    return (
+        N.update()
+        .where(N.c.id.in_(picked_once(mine, is_sqlite=is_sqlite)))
+        .values(lease_expires_at=until)
+    )
+
+
+def reap_statement(now: float) -> sa.Update:
+    """Queue again every lease expired by ``now``: found through
+    ``ix_notifications_leased_expiry``."""
+    return (
+        N.update()
+        .where(LEASED_ONLY & (N.c.lease_expires_at < now))
+        .values(state=_QUEUED, lease_owner=None, lease_expires_at=None, available_at=now)
+    )
 
 
 def _dead(tenant_id: int, ids: Sequence[int] | None) -> sa.ColumnElement[bool]:

@@ -90,8 +90,6 @@ notifications = sa.Table(
     sa.Column("finished_at", sa.Double, nullable=True),
     sa.Column("last_error", sa.Text, nullable=True),
     sa.UniqueConstraint("tenant_id", "idempotency_key"),
-    sa.Index(None, "lease_owner"),
-    sa.Index(None, "state", "lease_expires_at"),
     # SQLite would otherwise reuse the highest id once retention deleted it (migration 0003).
     sqlite_autoincrement=True,
 )
@@ -170,6 +168,24 @@ sa.Index(
     notifications.c.tenant_id,
     notifications.c.state,
     notifications.c.id,
+)
+# Migration 0006: the leases, and only those. A worker's renewal finds its leases by owner, the
+# reaper the expired ones by expiry; queued and finished rows (nearly all of them) need no
+# entry, so an enqueue and an acknowledgement write two index entries fewer per row. The
+# queries must say ``state = 'leased'`` as a literal for a prepared statement's generic plan
+# to use them (``queue.LEASED_ONLY``).
+_LEASED_ONLY = notifications.c.state == "leased"
+sa.Index(
+    "ix_notifications_leased_owner",
+    notifications.c.lease_owner,
+    sqlite_where=_LEASED_ONLY,
+    postgresql_where=_LEASED_ONLY,
+)
+sa.Index(
+    "ix_notifications_leased_expiry",
+    notifications.c.lease_expires_at,
+    sqlite_where=_LEASED_ONLY,
+    postgresql_where=_LEASED_ONLY,
 )
 # Retention: finished rows of one state, oldest first.
 _FINISHED = notifications.c.finished_at.is_not(None)
