@@ -71,6 +71,24 @@ def deliver_args(leased: list[Leased]) -> list[Any]:
     ]
 
 
+# The types of DELIVER_SQL's parameters, in order (what asyncpg infers when it prepares it).
+DELIVER_TYPES = [
+    "bigint[]", "integer[]", "float8", "text", "integer[]", "integer[]",
+    "text[]", "text[]", "text[]", "float8[]", "float8[]", "float8[]",
+]  # fmt: skip
+
+
+def literal(value: Any, pg_type: str) -> str:
+    """``value`` written out as SQL of ``pg_type`` (the arguments here hold no quotes)."""
+    if isinstance(value, list):
+        return f"ARRAY[{', '.join(literal(v, pg_type[:-2]) for v in value)}]::{pg_type}"
+    if value is None:
+        return f"NULL::{pg_type}"
+    if isinstance(value, str):
+        return f"'{value}'"
+    return repr(value)
+
+
 @pytest.mark.parametrize("mode", ["force_custom_plan", "force_generic_plan"])
 async def test_the_acknowledgement_reads_its_leases_by_primary_key(
     pg_url: str, box: SecretBox, mode: str
@@ -97,9 +115,13 @@ async def test_the_acknowledgement_reads_its_leases_by_primary_key(
         try:
             await conn.execute("ANALYZE notifications")  # as autovacuum does, by now
             await conn.execute(f"SET plan_cache_mode = {mode}")
-            explained = await conn.fetchval(
-                "EXPLAIN (FORMAT JSON) " + pg_hot.DELIVER_SQL, *deliver_args(leased)
+            # PREPARE and EXPLAIN EXECUTE, so that plan_cache_mode picks the plan explained (an
+            # EXPLAIN given parameters plans with their values, as a custom plan).
+            await conn.execute(f"PREPARE ack({', '.join(DELIVER_TYPES)}) AS {pg_hot.DELIVER_SQL}")
+            values = ", ".join(
+                literal(v, t) for v, t in zip(deliver_args(leased), DELIVER_TYPES, strict=True)
             )
+            explained = await conn.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE ack({values})")
         finally:
             await conn.close()
         plan = json.loads(explained)[0]["Plan"]
