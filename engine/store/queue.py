@@ -115,7 +115,8 @@ class QueueRepo(QueueReads):
                     owner=owner,
                     expires=expires,
                     now=now,
-                )
+                ),
+                lane="claim",  # one claim at a time per dispatcher: a connection of its own
             )
         decrypt, loads = self._box.decrypt, json.loads
         leased = [
@@ -216,7 +217,8 @@ class QueueRepo(QueueReads):
             )
         else:
             ok = await self._db.write_on_driver(
-                functools.partial(pg_hot.deliver, completions=done, worker=worker)
+                functools.partial(pg_hot.deliver, completions=done, worker=worker),
+                lane="deliver",  # the completer's, one batch at a time
             )
         return [c.leased.id in ok for c in done]
 
