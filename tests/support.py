@@ -17,7 +17,8 @@ from typing import Any, NoReturn
 import pytest
 
 from engine import Engine, Message, NotificationState, Store
-from engine.store import NewNotification
+from engine.domain import Outcome
+from engine.store import Completion, Leased, NewNotification
 
 __all__ = [
     "IN_CI",
@@ -163,4 +164,16 @@ def new_notification(
         priority=priority,
         max_attempts=max_attempts,
         available_at=available_at,
+    )
+
+
+def delivered_at(leased: Leased, ts: float) -> Completion:
+    """``leased``'s completion as delivered at ``ts``, a second after its enqueue."""
+    return Completion(
+        leased=leased,
+        outcome=Outcome.DELIVERED,
+        state=NotificationState.DELIVERED,
+        detail="",
+        ts=ts,
+        latency_s=1.0,
     )

@@ -22,24 +22,16 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
 
 from engine import SecretBox
-from engine.domain import NotificationState, Outcome
 from engine.store import Completion, Leased, Store
 from engine.store.queue import reap_statement, renew_statement
-from tests.support import new_notification
+from tests.support import delivered_at, new_notification
 
 T0 = 1_700_000_000.0
 OWNER = "worker-1"
 
 
 def delivered(leased: Leased) -> Completion:
-    return Completion(
-        leased=leased,
-        outcome=Outcome.DELIVERED,
-        state=NotificationState.DELIVERED,
-        detail="",
-        ts=T0 + 1,
-        latency_s=1.0,
-    )
+    return delivered_at(leased, T0 + 1)
 
 
 async def store_with_history(url: str, box: SecretBox) -> None:

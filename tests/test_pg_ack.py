@@ -18,9 +18,8 @@ import asyncpg
 import pytest
 
 from engine import SecretBox
-from engine.domain import NotificationState, Outcome
 from engine.store import Completion, Leased, Store, pg_hot
-from tests.support import new_notification
+from tests.support import delivered_at, new_notification
 
 T0 = 1_700_000_000.0
 OWNER = "worker-1"
@@ -32,14 +31,7 @@ def dsn(url: str) -> str:
 
 
 def delivered(leased: Leased) -> Completion:
-    return Completion(
-        leased=leased,
-        outcome=Outcome.DELIVERED,
-        state=NotificationState.DELIVERED,
-        detail="",
-        ts=T0 + 1,
-        latency_s=1.0,
-    )
+    return delivered_at(leased, T0 + 1)
 
 
 def indexes_on_notifications(node: dict[str, Any]) -> set[str]:
