@@ -247,6 +247,9 @@ def test_rotation_rewrites_fernet_tokens_of_an_older_store_under_the_same_key(
     assert len(current_under(before, OLD)) == 1  # a's, written in the current format
 
     assert cli.json("keys", "rotate", "--dry-run")["rewritten"] == 2
+    assert "2 secrets under an older key or in the older (Fernet) format" in cli.ok(
+        "keys", "rotate", "--dry-run"
+    )
     assert cli.json("keys", "rotate")["rewritten"] == 2
     after = tokens(url)
     assert current_under(after, OLD) == set(after)

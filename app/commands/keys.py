@@ -70,7 +70,10 @@ def _print(report: RotationReport, box: SecretBox) -> None:
         )
     elif report.rewritten:
         count = f"{report.rewritten} secret{'s' if report.rewritten != 1 else ''}"
-        print(f"{count} under an older key; `omnipost keys rotate` rewrites them.")
+        print(
+            f"{count} under an older key or in the older (Fernet) format;"
+            " `omnipost keys rotate` rewrites them."
+        )
     else:
         print("every secret is under the newest key.")
 
