@@ -1,8 +1,9 @@
 """Reservations per second of ``RedisLimiter.reserve`` over a send's 3 buckets, beside a ceiling:
 ``EVALSHA`` of a trivial script (``return 1``) on the same server, client and run.
 
-Both go through one ``redis.asyncio`` client, once with 1 task (a round trip at a time) and
-once with 16 concurrent tasks. Limits are high enough that every reservation succeeds, so
+Both go through one ``redis.asyncio`` client, made as the limiter makes its own (socket
+timeouts of its ``call_timeout_s``, 0.5 s), once with 1 task (a round trip at a time) and once
+with 16 concurrent tasks. Limits are high enough that every reservation succeeds, so
 the limiter takes its common path: read, refill and debit 3 buckets and write them back.
 Runs alternate between the two so drift hits both alike. Keys live under a fresh prefix and
 are deleted afterwards.
@@ -60,8 +61,16 @@ def summary(samples: list[float]) -> dict[str, float]:
     return {"best_per_s": round(max(samples)), "median_per_s": round(statistics.median(samples))}
 
 
+CALL_TIMEOUT_S = 0.5  # RedisLimiter's default
+
+
+def timed_client(url: str) -> Redis:
+    """A client with the socket timeouts of the one ``RedisLimiter(url)`` makes."""
+    return Redis.from_url(url, socket_timeout=CALL_TIMEOUT_S, socket_connect_timeout=CALL_TIMEOUT_S)
+
+
 async def run(url: str, seconds: float, repeat: int) -> dict[str, object]:
-    client = Redis.from_url(url)
+    client = timed_client(url)
     prefix = f"omnipost-bench-{uuid.uuid4().hex[:8]}"
     limiter = RedisLimiter(client, clock=SystemClock(), prefix=prefix)
     send = BucketKey.for_send("bench", "noop")
@@ -106,7 +115,7 @@ async def run(url: str, seconds: float, repeat: int) -> dict[str, object]:
 
 async def drain_once(url: str, count: int, backend: str) -> float:
     """Notifications per second drained by a fresh engine on a fresh SQLite store."""
-    client = Redis.from_url(url) if backend == "redis" else None
+    client = timed_client(url) if backend == "redis" else None
     prefix = f"omnipost-bench-{uuid.uuid4().hex[:8]}"
     limiter = None
     if client is not None:

@@ -1,6 +1,7 @@
 """The Redis ``Limiter``: token buckets shared by every worker process on one Redis server.
 
-Each operation is one Lua script (``engine/redis_lua/``), so it is atomic across processes: a
+Each operation is one Lua function (``engine/redis_lua/``, run by ``engine/redis_calls.py``:
+a function library on Redis 7, scripts before), so it is atomic across processes: a
 reservation reads, refills and debits every bucket of a send at once, on Redis's clock
 (``TIME`` inside the script; a clock stepped back mints nothing). Limits live in Redis too, so
 ``configure`` from any process reaches all of them. Fractions of a token leave Lua as strings.
@@ -45,7 +46,6 @@ import logging
 import math
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from importlib.resources import files
 from typing import Any, TypeVar, cast
 from urllib.parse import quote, unquote
 
@@ -59,6 +59,7 @@ from engine.clock import Clock
 from engine.domain import BucketKey, BucketLevel, BucketScope, Limit
 from engine.errors import ConfigError
 from engine.limiter import Reservation
+from engine.redis_calls import LuaCalls
 from engine.redis_fallback import PEERS_S, Granted, LocalFallback
 
 __all__ = ["RedisLimiter"]
@@ -74,26 +75,32 @@ _PEERS_ARG = repr(PEERS_S)
 # LOADING after a restart: in every case Redis cannot enforce the limits right now. The builtin
 # TimeoutError (an OSError, named for clarity) is a command past ``call_timeout_s``: a hung Redis.
 _UNAVAILABLE = (RedisError, TimeoutError, OSError)
-_SCRIPTS = ("reserve", "configure", "refund", "block", "levels")
 
 _T = TypeVar("_T")
 
 
-def _lua(name: str) -> str:
-    folder = files("engine") / "redis_lua"
-    return (folder / "common.lua").read_text() + "\n" + (folder / f"{name}.lua").read_text()
-
-
-def _client_for(url: str) -> Redis:
-    """A client that gives up fast (the fallback takes over) and retries once, for a pooled
-    connection the server has dropped, but never after a timeout: a Redis that did not answer
-    once will not answer a retry in time either. Its socket timeouts only back up the limiter's
-    own ``call_timeout_s``. Raises ``ConfigError`` for a URL it cannot use."""
+def _client_for(url: str, timeout_s: float) -> Redis:
+    """A client that gives up after ``timeout_s`` (connecting, writing or reading: the fallback
+    takes over) and retries once, for a pooled connection the server has dropped, but never
+    after a timeout: a Redis that did not answer once will not answer a retry in time either.
+    Raises ``ConfigError`` for a URL it cannot use."""
     retry = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
     try:
-        return Redis.from_url(url, socket_connect_timeout=1.0, socket_timeout=2.0, retry=retry)
+        return Redis.from_url(
+            url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s, retry=retry
+        )
     except ValueError as exc:
         raise ConfigError(f"cannot use that Redis URL: {exc}") from exc
+
+
+def _bounds_itself(client: Redis, timeout_s: float) -> bool:
+    """True when ``client``'s own socket timeouts (redis-py's default is 5 s) already give up
+    within ``timeout_s``, so a command needs no timer of the limiter's on top: about 13 us
+    less per call here."""
+    kwargs = client.connection_pool.connection_kwargs
+    read_s = kwargs.get("socket_timeout", 5.0)
+    connect_s = kwargs.get("socket_connect_timeout", read_s)
+    return all(t is not None and 0 < t <= timeout_s for t in (read_s, connect_s))
 
 
 def _text(value: Any) -> str:
@@ -125,7 +132,7 @@ class RedisLimiter:
         if not (math.isfinite(call_timeout_s) and call_timeout_s > 0):
             raise ValueError(f"call_timeout_s must be a positive number, not {call_timeout_s!r}.")
         if isinstance(client_or_url, str):
-            self._client = _client_for(client_or_url)
+            self._client = _client_for(client_or_url, call_timeout_s)
             self._owns_client = True
         else:
             self._client = client_or_url
@@ -134,7 +141,8 @@ class RedisLimiter:
         self._prefix = prefix
         self._probe_s = probe_s
         self._call_timeout_s = call_timeout_s
-        self._scripts = {name: self._client.register_script(_lua(name)) for name in _SCRIPTS}
+        self._timed = not _bounds_itself(self._client, call_timeout_s)
+        self._calls = LuaCalls(self._client)
         self._set_key = f"{prefix}:buckets:v2"
         self._marker_key = f"{prefix}:seeded:v2"
         self._old_marker_key = f"{prefix}:seeded"  # the three-keys-per-bucket layout's
@@ -142,7 +150,7 @@ class RedisLimiter:
         self._peers_key = f"{prefix}:peers:v2"
         self._name = uuid.uuid4().hex  # this process's, among the peers
         self._names: dict[BucketKey, str] = {}
-        self._reserve_keys: dict[tuple[BucketKey, ...], list[str]] = {}
+        self._reserve_keys: dict[tuple[BucketKey, ...], tuple[str, ...]] = {}
         self._fallback = LocalFallback(clock, fallback_workers or (lambda: 1))
         self._pending: dict[BucketKey, Limit | None] = {}  # configured while Redis was away
         self._next_probe = 0.0
@@ -246,9 +254,13 @@ class RedisLimiter:
     # -- Redis -------------------------------------------------------------------------------
 
     async def _bounded(self, command: Awaitable[_T]) -> _T:
-        """``command``'s result, or the builtin ``TimeoutError`` after ``call_timeout_s``: a hung
-        Redis must not hold a send for the client's socket timeout. Cancelling mid-reply is
-        safe: redis-py drops that connection rather than reuse it out of step."""
+        """``command``'s result, or a ``TimeoutError`` after ``call_timeout_s``: a hung Redis
+        must not hold a send for a longer socket timeout. The client's own timeouts bound it
+        when they are short enough (as in one this limiter made); else a timer of its own,
+        and cancelling mid-reply is safe: redis-py drops that connection rather than reuse it
+        out of step."""
+        if not self._timed:
+            return await command
         try:
             async with asyncio.timeout(self._call_timeout_s):
                 return await command
@@ -256,8 +268,8 @@ class RedisLimiter:
             raise TimeoutError(f"no answer within {self._call_timeout_s:g} s") from None
 
     async def _script(self, name: str, keys: Sequence[str], args: Sequence[Any] = ()) -> Any:
-        """Run one of the Lua scripts, within ``call_timeout_s``."""
-        return await self._bounded(self._scripts[name](keys=keys, args=args))
+        """Run one of the Lua scripts (``engine/redis_calls.py``), within ``call_timeout_s``."""
+        return await self._bounded(self._calls(name, keys, args))
 
     def _base(self, key: BucketKey) -> str:
         tenant, provider = quote(key.tenant, safe=""), quote(key.provider, safe="")
@@ -300,12 +312,14 @@ class RedisLimiter:
         """Reserve ``n`` from ``keys``, after giving ``back`` tokens to each."""
         redis_keys = self._reserve_keys.get(keys)
         if redis_keys is None:  # the same few tuples again and again: build each once
-            redis_keys = [self._marker_key, self._peers_key, *self._hashes(keys)]
+            redis_keys = (self._marker_key, *self._hashes(keys))
             if len(self._reserve_keys) < 4096:
                 self._reserve_keys[keys] = redis_keys
         now = self._clock.monotonic()
         counting = now >= self._count_peers_at  # the set of peers needs no write per reservation
-        args = [n, self._name if counting else "", _PEERS_ARG, back]
+        if counting:
+            redis_keys = (*redis_keys, self._peers_key)
+        args: list[int | str] = [n, back, self._name, _PEERS_ARG] if counting else [n, back]
         granted, wait = -1, "0"
         for _ in range(2):
             granted, wait, peers = await self._script("reserve", redis_keys, args)
@@ -316,7 +330,7 @@ class RedisLimiter:
                     self._fallback.saw_peers(int(peers))
                 break
             await self._seed()
-            args[3] = 0  # Redis lost its data: the buckets it is seeded with start empty
+            args[1] = 0  # Redis lost its data: the buckets it is seeded with start empty
         granted = max(0, int(granted))
         wait_s = float(_text(wait))
         return Granted(keys, granted, math.inf if wait_s < 0 else wait_s, era=era)

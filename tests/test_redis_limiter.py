@@ -17,6 +17,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 
 from engine.clock import FakeClock, SystemClock
 from engine.domain import BucketKey, Limit
@@ -225,14 +226,124 @@ async def test_a_process_writes_itself_into_the_peers_a_few_times_a_second_not_e
     assert await seen_at() > first
 
 
-async def test_a_script_missing_from_the_server_is_loaded_again(make: Make) -> None:
+async def test_a_library_missing_from_the_server_is_loaded_again(make: Make, client: Redis) -> None:
     limiter = await make()
     await limiter.configure(TENANT, Limit(1.0, 2.0))
-    for script in limiter._scripts.values():
-        script.sha = (
-            "0" * 40
-        )  # as after SCRIPT FLUSH or a failover, without flushing a shared server
+    assert limiter._calls.uses_functions
+    # as after FUNCTION FLUSH, a restart or a failover, without flushing a shared server
+    await client.function_delete(limiter._calls.library)
     assert (await limiter.reserve([TENANT], 1)).granted == 1
+    assert limiter.backend == "redis"
+    assert limiter._calls.uses_functions
+
+
+def connections(
+    monkeypatch: pytest.MonkeyPatch, limiter: RedisLimiter, hook: Callable[[Any], None]
+) -> list[Any]:
+    """The connections this limiter's pool hands out from now on, each passed to ``hook``
+    first."""
+    pool = limiter._client.connection_pool
+    real = cast(Callable[[], Awaitable[Any]], pool.get_connection)
+    handed: list[Any] = []
+
+    async def get_connection() -> Any:
+        conn = await real()
+        hook(conn)
+        handed.append(conn)
+        return conn
+
+    monkeypatch.setattr(pool, "get_connection", get_connection)
+    return handed
+
+
+async def test_a_call_on_a_connection_the_server_dropped_is_made_once_more(
+    make: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    limiter = await make()
+    await limiter.configure(TENANT, Limit(1.0, 5.0))
+    assert (await limiter.reserve([TENANT], 1)).granted == 1  # seeds a fresh prefix first
+    failures = [RedisConnectionError("Connection closed by server.")]
+
+    def drop_once(conn: Any) -> None:
+        real_send = conn.send_packed_command
+
+        async def send(*args: Any, **kwargs: Any) -> None:
+            if failures:
+                raise failures.pop()
+            await real_send(*args, **kwargs)
+
+        monkeypatch.setattr(conn, "send_packed_command", send)
+
+    handed = connections(monkeypatch, limiter, drop_once)
+    assert (await limiter.reserve([TENANT], 2)).granted == 2
+    assert len(handed) == 2 and not failures  # a second try, and it answered
+    assert limiter.backend == "redis"
+
+
+async def test_a_call_cancelled_before_its_reply_closes_the_connection(
+    make: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reply still on its way must never be read as the answer to the next call."""
+    limiter = await make()
+    await limiter.configure(TENANT, Limit(1.0, 5.0))
+    sent = asyncio.Event()
+
+    def note_send(conn: Any) -> None:
+        real_send = conn.send_packed_command
+
+        async def send(*args: Any, **kwargs: Any) -> None:
+            await real_send(*args, **kwargs)
+            sent.set()
+            await asyncio.sleep(1)  # the reply arrives; nobody reads it before the cancel
+
+        monkeypatch.setattr(conn, "send_packed_command", send)
+
+    assert (await limiter.reserve([TENANT], 1)).granted == 1  # seeds a fresh prefix first
+    handed = connections(monkeypatch, limiter, note_send)
+    pending = asyncio.create_task(limiter.reserve([TENANT], 2))
+    await sent.wait()
+    pending.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await pending
+    assert not handed[0].is_connected
+    monkeypatch.undo()
+    after = await limiter.reserve([TENANT], 5)  # the cancelled call's 2 were taken in Redis
+    assert after.granted == 2
+    assert limiter.backend == "redis"
+
+
+async def test_a_single_connection_client_works_as_any_other(prefix: str) -> None:
+    single = Redis.from_url(REDIS_URL, single_connection_client=True)
+    limiter = RedisLimiter(single, clock=SystemClock(), prefix=prefix)
+    try:
+        await limiter.configure(TENANT, Limit(1.0, 3.0))
+        assert (await limiter.reserve([TENANT], 5)).granted == 3
+        assert limiter.backend == "redis"
+    finally:
+        await limiter.aclose()
+        await single.aclose()
+
+
+async def test_a_server_without_functions_runs_the_same_lua_as_scripts(
+    make: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As on Redis 6 (no FCALL, no FUNCTION LOAD): the limiter uses EVALSHA, and loads its
+    scripts again when the server has lost them."""
+    limiter = await make()
+
+    async def no_functions(*args: Any, **kwargs: Any) -> Any:
+        raise ResponseError("unknown command 'FCALL', with args beginning with: ")
+
+    monkeypatch.setattr(limiter._calls, "_fcall", no_functions)
+    monkeypatch.setattr(limiter._client, "function_load", no_functions)
+    await limiter.configure(TENANT, Limit(1.0, 2.0))
+    assert not limiter._calls.uses_functions
+    assert (await limiter.reserve([TENANT], 3)).granted == 2
+    for script in limiter._calls._scripts.values():
+        script.sha = "0" * 40  # as after SCRIPT FLUSH, without flushing a shared server
+    await limiter.refund(Reservation((TENANT,), 2), 1)
+    assert (await limiter.reserve([TENANT], 3)).granted == 1
+    assert [level.key for level in await limiter.levels()] == [TENANT]
     assert limiter.backend == "redis"
 
 
@@ -320,11 +431,8 @@ async def test_returns_to_redis_when_it_answers_again(
     await limiter.configure(TENANT, Limit(1.0, 10.0))
     assert (await limiter.reserve([TENANT], 1)).granted == 1
 
-    async def broken(*args: Any, **kwargs: Any) -> Any:
-        raise RedisConnectionError("connection refused (simulated)")
-
     with caplog.at_level(logging.WARNING, logger="engine.redis_limiter"):
-        monkeypatch.setattr(limiter._client, "execute_command", broken)
+        unreachable(monkeypatch, limiter)
         assert (await limiter.reserve([TENANT], 5)).granted == 0  # local, and empty
         assert limiter.backend == "local-fallback"
         await limiter.configure(PROVIDER, Limit(1.0, 3.0))  # remembered, pushed on return
@@ -345,12 +453,15 @@ async def test_returns_to_redis_when_it_answers_again(
     assert "answers again" in caplog.text
 
 
+@pytest.mark.parametrize("made_from", ["url", "client"])
 async def test_a_hung_redis_falls_back_within_the_call_timeout(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, made_from: str
 ) -> None:
     """A paused Redis (SIGSTOP: connections open, nothing answers) is left after
     ``call_timeout_s``, not the socket timeout plus a retry; it is probed, bounded just the
-    same, and used again once it answers. A private server: the shared one is never paused."""
+    same, and used again once it answers: with the client the limiter makes (its socket
+    timeouts are the bound) and with one given to it that has redis-py's default 5 s (the
+    limiter's own timer is). A private server: the shared one is never paused."""
     if redis_server_binary() is None:
         missing("redis-server is not on PATH")
     server = RedisServer(tmp_path / "redis")
@@ -358,7 +469,8 @@ async def test_a_hung_redis_falls_back_within_the_call_timeout(
     pid = server.pid
     assert pid is not None
     paused = False
-    limiter = RedisLimiter(server.url, clock=SystemClock(), probe_s=0.3)  # call_timeout_s 0.5
+    given = Redis.from_url(server.url) if made_from == "client" else None
+    limiter = RedisLimiter(given or server.url, clock=SystemClock(), probe_s=0.3)  # 0.5 s calls
     try:
         await limiter.configure(TENANT, Limit(1.0, 10.0))
         assert (await limiter.reserve([TENANT], 1)).granted == 1
@@ -393,6 +505,8 @@ async def test_a_hung_redis_falls_back_within_the_call_timeout(
         if paused:
             os.kill(pid, signal.SIGCONT)
         await limiter.aclose()
+        if given is not None:
+            await given.aclose()
         server.stop()
 
 
@@ -628,17 +742,17 @@ async def test_a_reservation_redis_answers_after_the_fallback_took_over_is_redis
     limiter = on_server(clock, fallback_workers=lambda: 2)
     await limiter.configure(TENANT, LIMIT)
     await limiter.reserve([PAIR], 1)  # the first on a fresh Redis seeds it, in a second call
-    script = limiter._scripts["reserve"]
+    calls = limiter._calls
     answered, deliver = asyncio.Event(), asyncio.Event()
 
-    async def slow_answer(**kwargs: Any) -> Any:
-        result = await script(**kwargs)
-        if not deliver.is_set():
+    async def slow_answer(name: str, keys: Sequence[str], args: Sequence[Any] = ()) -> Any:
+        result = await calls(name, keys, args)
+        if name == "reserve" and not deliver.is_set():
             answered.set()
             await deliver.wait()
         return result
 
-    limiter._scripts["reserve"] = cast(Any, slow_answer)
+    limiter._calls = cast(Any, slow_answer)
     pending = asyncio.create_task(limiter.reserve([TENANT], 10))
     await answered.wait()
     kill(server)
@@ -705,7 +819,8 @@ def unreachable(monkeypatch: pytest.MonkeyPatch, limiter: RedisLimiter) -> None:
     async def refused(*args: Any, **kwargs: Any) -> Any:
         raise RedisConnectionError("connection refused (simulated)")
 
-    monkeypatch.setattr(limiter._client, "execute_command", refused)
+    # the pool, where every command (redis-py's path and the limiter's FCALL) gets a connection
+    monkeypatch.setattr(limiter._client.connection_pool, "get_connection", refused)
 
 
 async def test_coming_back_does_not_grant_again_a_burst_spent_locally(

@@ -6,7 +6,7 @@ local now = now_s()
 local f = fields(KEYS[1])
 local until_s = math.max(now, now + tonumber(ARGV[1]), tonumber(f[5] or '0'))
 if until_s > now then
-  redis.call('HSET', KEYS[1], 'block_until', str(until_s))
+  redis.call('HSET', KEYS[1], 'block_until', until_s)
 end
 local b = load(f, now)
 if b then

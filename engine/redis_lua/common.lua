@@ -5,8 +5,9 @@
 --   block_until   the Redis time a provider's 429 holds the key closed until; absent or past
 --                 = not blocked.
 -- A hash with a limit never expires; one holding only a block expires when the block ends.
--- Numbers go into Redis and come back out as strings: a Lua number returned to the client
--- is truncated to an integer, and fractions of a token matter.
+-- A Lua number given to redis.call is written with 17 significant digits (exact), so levels
+-- go in as numbers; but one returned to the client is truncated to an integer, and fractions
+-- of a token matter, so results leave as strings (`str`).
 
 -- A level within EPSILON of a whole token counts as that token (float rounding at the instant
 -- it falls due); the hair lent stays as a debt, as in engine/ratelimit.py.
@@ -36,7 +37,10 @@ end
 
 -- Seconds the key is still blocked for, from what `fields` read.
 local function blocked_for(f, now)
-  return math.max(0, tonumber(f[5] or '0') - now)
+  if not f[5] then
+    return 0
+  end
+  return math.max(0, tonumber(f[5]) - now)
 end
 
 -- The bucket refilled up to `now`, or nil when the key has no limit. Time going backwards
@@ -65,7 +69,7 @@ local function save(key, b, now)
     redis.call('HDEL', key, 'tokens', 'stamp')
     return
   end
-  redis.call('HSET', key, 'tokens', str(b.tokens), 'stamp', str(b.stamp))
+  redis.call('HSET', key, 'tokens', b.tokens, 'stamp', b.stamp)
 end
 
 -- Seconds until one more token is there, or -1 for never (a burst below 1).

@@ -1,9 +1,9 @@
--- KEYS: the seed marker, the set of processes that reserved lately, then each bucket of a send.
--- ARGV: n, the tokens asked for (> 0); this process's name in that set, or '' to leave the set
--- alone this time (a process writes it a few times a second, not on every reservation); how
--- many seconds a process stays in it after its last reservation; tokens to give back to each
--- bucket first (0 for none: a retake gives back its earlier reservation, as refund.lua does,
--- and takes again in the same step).
+-- KEYS: the seed marker, each bucket of a send, and last, only when ARGV[3] is given, the set
+-- of processes that reserved lately.
+-- ARGV: n, the tokens asked for (> 0); tokens to give back to each bucket first (0 for none: a
+-- retake gives back its earlier reservation, as refund.lua does, and takes again in the same
+-- step); then, only a few times a second (not on every reservation), this process's name in
+-- that set and how many seconds a process stays in it after its last reservation.
 -- Returns {granted, wait_s, processes}: wait_s a string ('-1' for never), processes how many
 -- reserved within that time, this one included (the share each falls back to if Redis goes
 -- away), or -1 when the set was left alone. Or {-1, '0', 0} when the marker is gone: Redis lost
@@ -11,25 +11,25 @@
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {-1, '0', 0}
 end
-local n = tonumber(ARGV[1])
+local n, back = tonumber(ARGV[1]), tonumber(ARGV[2])
 local now = now_s()
-local processes = -1
-if ARGV[2] ~= '' then
-  local seen_s = tonumber(ARGV[3])
-  redis.call('ZADD', KEYS[2], str(now), ARGV[2])
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. str(now - seen_s))
-  redis.call('PEXPIRE', KEYS[2], ms(seen_s))
-  processes = redis.call('ZCARD', KEYS[2])
+local last, processes = #KEYS, -1
+if ARGV[3] then
+  local seen_s = tonumber(ARGV[4])
+  redis.call('ZADD', KEYS[last], now, ARGV[3])
+  redis.call('ZREMRANGEBYSCORE', KEYS[last], '-inf', '(' .. str(now - seen_s))
+  redis.call('PEXPIRE', KEYS[last], ms(seen_s))
+  processes = redis.call('ZCARD', KEYS[last])
+  last = last - 1
 end
-local back = tonumber(ARGV[4])
 local buckets, keys, blocked, granted = {}, {}, 0, n
-for i = 3, #KEYS do
+for i = 2, last do
   local f = fields(KEYS[i])
   local held = blocked_for(f, now)
   blocked = math.max(blocked, held)
   local b = load(f, now)
   if b then
-    if held == 0 then
+    if held == 0 and back > 0 then
       b.tokens = math.min(b.burst, b.tokens + back)
     end
     buckets[#buckets + 1] = b
