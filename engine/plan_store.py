@@ -31,6 +31,10 @@ from engine.store.records import (
 __all__ = ["MemoryConfig", "MemoryHealth", "MemoryQueue", "PlanLedger", "PlanStore"]
 
 Key = tuple[int, int]  # (tenant id, provider id)
+# A due row's place in its key's heap, one int: ``row id - priority * _ID_SPAN`` orders as
+# ``(-priority, row id)`` (ids stay below the span) and compares in C as one number, where a
+# tuple compares item by item: a claim pops one each time.
+_ID_SPAN = 1 << 40
 _QUEUED, _LEASED = NotificationState.QUEUED, NotificationState.LEASED
 
 
@@ -158,7 +162,7 @@ class MemoryQueue:
         self._ledger = ledger
         self._max_attempts = max_attempts
         self._rows: dict[int, _Row] = {}  # queued and leased ones; finished ones are dropped
-        self._due: dict[Key, list[tuple[int, int]]] = {}  # heap of (-priority, id), due now
+        self._due: dict[Key, list[int]] = {}  # heap of places (see ``_ID_SPAN``), due now
         self._later: dict[Key, list[tuple[float, int]]] = {}  # heap of (available_at, id)
         self._queued: dict[Key, int] = {}
         self._next_id = 1
@@ -174,7 +178,7 @@ class MemoryQueue:
         rows = self._rows
         for row_id in range(first, self._next_id):
             rows[row_id] = _Row(row_id, tenant_id, provider_id, priority, now)
-        entries = [(-priority, row_id) for row_id in range(first, self._next_id)]
+        entries = [row_id - priority * _ID_SPAN for row_id in range(first, self._next_id)]
         if not due:
             due.extend(entries)  # ascending: already the heap the pushes would have built
         else:
@@ -191,7 +195,7 @@ class MemoryQueue:
         while later and later[0][0] <= now:
             _, row_id = heapq.heappop(later)
             row = self._rows[row_id]
-            heapq.heappush(due, (-row.priority, row_id))
+            heapq.heappush(due, row_id - row.priority * _ID_SPAN)
 
     async def due_keys(
         self,
@@ -225,7 +229,7 @@ class MemoryQueue:
         leased: list[Leased] = []
         rows, max_attempts, expires_at = self._rows, self._max_attempts, now + lease_s
         while due and len(leased) < n:
-            _, row_id = heapq.heappop(due)
+            row_id = heapq.heappop(due) % _ID_SPAN
             row = rows[row_id]
             row.state = _LEASED
             row.owner = owner

@@ -19,7 +19,7 @@ from engine.domain import NotificationState
 from engine.plan_model import ProviderModel
 from engine.plan_store import MemoryQueue, PlanLedger
 from engine.planner import Arrival, PlanSetup, run_plan
-from engine.store import Completion, PairLimit, ProviderRecord, TenantRecord
+from engine.store import Completion, Leased, PairLimit, ProviderRecord, TenantRecord
 from engine.virtual_loop import Deadlock, run_virtual
 
 # -- limit changes -----------------------------------------------------------------------------
@@ -108,6 +108,22 @@ async def test_the_memory_queue_claims_by_priority_then_age_and_fences_completio
     assert {item.id: item.attempt for item in again}[4] == 2  # each claim bumps it
     assert ledger.tenant(1).delivered == 1
     assert ledger.outstanding == 4
+
+
+async def test_the_memory_queue_orders_any_priority_before_age_also_when_given_back() -> None:
+    queue = MemoryQueue(PlanLedger(), max_attempts=3)
+    for priority in (0, -3, 7, 0, -3, 7):  # ids 1 to 6
+        queue.add(1, 1, 1, now=0.0, priority=priority)
+
+    async def claim_one_by_one(count: int) -> list[Leased]:
+        return [
+            (await queue.claim(1, 1, 1, owner="w", lease_s=30, now=0.0))[0] for _ in range(count)
+        ]
+
+    first = await claim_one_by_one(3)
+    assert [item.id for item in first] == [3, 6, 1]
+    assert await queue.release("w", first) == 3
+    assert [item.id for item in await claim_one_by_one(6)] == [3, 6, 1, 4, 2, 5]
 
 
 async def test_a_retry_waits_in_the_memory_queue_until_it_falls_due() -> None:
