@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from engine.clock import Clock
 from engine.domain import BucketKey, BucketLevel, Limit
 from engine.limiter import Reservation
-from engine.ratelimit import TokenBucket, whole
+from engine.ratelimit import TokenBucket
 
 __all__ = ["LocalLimiter"]
 
@@ -60,12 +60,12 @@ class LocalLimiter:
         granted = 0 if blocked else n
         levels = []  # whole tokens in each configured bucket now
         for _, bucket in configured:
-            tokens = whole(bucket.tokens_at(now))
+            tokens = bucket.whole_at(now)
             levels.append(tokens)
             granted = min(granted, tokens)
         if granted > 0:
             for _, bucket in configured:
-                bucket.try_take(now, granted)
+                bucket.take_whole(now, granted)
         if granted == n:
             found = full.get(n)  # the common case: once per send, the same few again
             if found is None:

@@ -81,6 +81,17 @@ class TokenBucket:
         self._tokens = tokens - n
         return True
 
+    def whole_at(self, now: float) -> int:
+        """``whole(tokens_at(now))``: the whole tokens there at ``now``. Not changed."""
+        return math.floor(self.tokens_at(now) + EPSILON)
+
+    def take_whole(self, now: float, n: int) -> None:
+        """``try_take(now, n)`` for an ``n`` of at most ``whole_at(now)``, which it takes (in
+        one call: a limiter takes from each bucket of every send)."""
+        tokens = self.tokens_at(now)
+        self._stamp = max(self._stamp, now)
+        self._tokens = tokens - n
+
     def wait_s(self, now: float, n: float = 1.0) -> float:
         """Seconds from ``now`` until ``n`` tokens are there, if nothing else is taken.
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from engine.errors import ConfigError
-from engine.ratelimit import TokenBucket
+from engine.ratelimit import TokenBucket, whole
 
 # (time, tokens there before the take, n, allowed); each trace runs in order on one bucket.
 Row = tuple[float, float, float, bool]
@@ -72,6 +72,20 @@ def test_take_trace(rate_per_s: float, burst: float, rows: list[Row]) -> None:
         assert bucket.try_take(now, n) is allowed, f"row {i}"
         expected_after = tokens - n if allowed else tokens
         assert bucket.tokens_at(now) == pytest.approx(expected_after), f"row {i}"
+
+
+@pytest.mark.parametrize(("rate_per_s", "burst", "rows"), TRACES.values(), ids=TRACES.keys())
+def test_whole_at_and_take_whole_are_whole_tokens_at_and_try_take(
+    rate_per_s: float, burst: float, rows: list[Row]
+) -> None:
+    slow = TokenBucket(rate_per_s, burst, now=rows[0][0])
+    fast = TokenBucket(rate_per_s, burst, now=rows[0][0])
+    for i, (now, _, n, _) in enumerate(rows):
+        assert fast.whole_at(now) == whole(slow.tokens_at(now)), f"row {i}"
+        if n == int(n) and fast.whole_at(now) >= n:  # whole tokens, and there
+            assert slow.try_take(now, n), f"row {i}"
+            fast.take_whole(now, int(n))
+        assert repr(fast) == repr(slow), f"row {i}"  # the same level, stamped the same
 
 
 def test_starts_full_and_tokens_at_does_not_change_the_bucket() -> None:
