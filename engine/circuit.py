@@ -86,7 +86,10 @@ class Circuits:
         return max(0.0, (until or now) - now) or 0.001
 
     def is_closed(self, provider_id: int) -> bool:
-        return self.health(provider_id).state is CircuitState.CLOSED
+        # ``health(provider_id).state``, without making the closed ``Health`` of a provider
+        # not read yet: asked several times per send.
+        found = self._health.get(provider_id)
+        return found is None or found.view.state is CircuitState.CLOSED
 
     def view(self) -> tuple[ProviderHealth, ...]:
         """Every provider's health (configured here or read from the store), by name."""

@@ -141,6 +141,8 @@ class HeldBuckets:
 
     def note(self, key: tuple[int, int], reservation: Reservation) -> None:
         """What held ``key``'s (tenant id, provider id) ``reservation`` short, if anything."""
+        if not reservation.held_by:  # the common case: asked once per key served
+            return
         for bucket, for_s in zip(reservation.held_by, reservation.held_for_s, strict=True):
             if bucket.scope is BucketScope.TENANT:
                 self._tenants[key[0]] = for_s
@@ -153,10 +155,14 @@ class HeldBuckets:
         """How long ``key`` waits for a bucket found empty; None when none holds it."""
         if not (self._providers or self._tenants or self._pairs):
             return None  # the common case, asked for every key of every round
+        # Asked for each key a round passes over once a tenant's bucket was found empty.
         best = self._providers.get(key[1])
-        for held in (self._tenants.get(key[0]), self._pairs.get(key)):
-            if held is not None and (best is None or held < best):
-                best = held
+        tenant_s = self._tenants.get(key[0])
+        if tenant_s is not None and (best is None or tenant_s < best):
+            best = tenant_s
+        pair_s = self._pairs.get(key) if self._pairs else None
+        if pair_s is not None and (best is None or pair_s < best):
+            best = pair_s
         return best
 
     def skip(
