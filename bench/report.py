@@ -47,7 +47,7 @@ BENCHES: dict[str, tuple[str, list[str], bool]] = {
     "scale_queue": ("scale_queue.py", [], True),
     "deep_store": ("deep_store.py", ["--runs", "3"], True),
     "bucket": ("bucket.py", ["--number", "300000"], False),
-    "redis_limiter": ("redis_limiter.py", [], False),
+    "redis_limiter": ("redis_limiter.py", ["--repeat", "5"], False),
     "plan": ("plan.py", [], True),
 }
 # --quick: the same code paths in well under a minute, for checking the scripts, not numbers.

@@ -18,24 +18,26 @@ Errors are the driver's: the limiter treats them all as Redis being unavailable.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from importlib.resources import files
-from typing import Any, cast
+from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-__all__ = ["SCRIPTS", "LuaCalls"]
+__all__ = ["SCRIPTS", "LuaCalls", "bounded"]
 
 log = logging.getLogger(__name__)
 
 SCRIPTS = ("reserve", "configure", "refund", "block", "levels")
 
 Arg = int | str | bytes
+_T = TypeVar("_T")
 
 
 def _source(name: str) -> str:
@@ -64,34 +66,47 @@ def _digest() -> str:
 
 class LuaCalls:
     """Runs the limiter's scripts on ``client``: ``await calls(name, keys, args)``; ``args``
-    are ``int``, ``str`` or ``bytes``.
+    are ``int``, ``str`` or ``bytes``. Every call is bounded by ``timeout_s`` (past it, the
+    builtin ``TimeoutError``); ``aclose`` closes its connections.
 
     Uses the function library where the server has functions (found on the first call), else
     ``EVALSHA``. Raises the driver's errors (``RedisError`` and subclasses, ``OSError``).
 
-    An ``FCALL`` skips redis-py's general command path (packing every argument, retry and
-    observability wrappers: about 40 us a call here, as much as the call itself): the
-    function's name and keys are packed once per set of keys, and the command goes straight to
-    a connection of the client's pool. It keeps what that path guarantees: a pooled connection
-    the server dropped is retried once on a fresh one, never after a timeout (the client's
-    socket timeouts apply), and a connection left mid-reply (an error, a cancellation) is
-    closed, never reused out of step. A client with ``single_connection_client`` takes the
-    general path.
+    An ``FCALL`` skips redis-py's general command path (its argument packing, pool bookkeeping,
+    retry and observability wrappers, and a task per write under a socket timeout: about half
+    of a call's client time here): the function's name and keys are packed once per set of
+    keys, and the command goes to a connection of this object's own (a lane: made like the
+    client's, one per call under way, kept for the next), under this object's one timer. It
+    keeps what that path guarantees: a call on a connection the server dropped is made once
+    more on a fresh one, never after a timeout, and a connection left mid-reply (a timeout, a
+    cancellation) is closed, never read out of step.
     """
 
-    def __init__(self, client: Redis) -> None:
+    def __init__(self, client: Redis, *, timeout_s: float) -> None:
         self._client = client
+        self._timeout_s = timeout_s
         self.library = f"omnipost_{_digest()}"
         self._functions = {name: f"{self.library}_{name}" for name in SCRIPTS}
         self._scripts = {name: client.register_script(script_text(name)) for name in SCRIPTS}
         self._use_functions = True  # until the server shows it has none
         self._heads: dict[tuple[str, tuple[str, ...], int], bytes] = {}
+        self._idle: list[AbstractConnection] = []
+        self._lanes: list[AbstractConnection] = []
 
     @property
     def uses_functions(self) -> bool:
         return self._use_functions
 
     async def __call__(self, name: str, keys: Sequence[str], args: Sequence[Arg] = ()) -> Any:
+        return await bounded(self._call(name, keys, args), self._timeout_s)
+
+    async def aclose(self) -> None:
+        """Close this object's connections (the client's own are its owner's to close)."""
+        lanes, self._lanes, self._idle = self._lanes, [], []
+        for conn in lanes:
+            await conn.disconnect()
+
+    async def _call(self, name: str, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         if self._use_functions:
             try:
                 return await self._fcall(name, keys, args)
@@ -114,26 +129,38 @@ class LuaCalls:
             self._use_functions = False
 
     async def _fcall(self, name: str, keys: Sequence[str], args: Sequence[Arg]) -> Any:
-        if self._client.single_connection_client:
-            return await self._client.fcall(self._functions[name], len(keys), *keys, *args)
         command = self._head(name, keys, len(args)) + b"".join(_bulk(_encode(a)) for a in args)
-        pool = self._client.connection_pool
-        get_connection = cast(Callable[[], Awaitable[AbstractConnection]], pool.get_connection)
         for retry in (False, True):
-            conn = await get_connection()
+            conn = self._idle.pop() if self._idle else self._new_lane()
             try:
                 await conn.send_packed_command(command, check_health=False)
-                return await conn.read_response()
+                reply = await conn.read_response()
             except RedisConnectionError:
-                await conn.disconnect()
+                await conn.disconnect()  # connects again when next used
+                self._idle.append(conn)
                 if retry:
                     raise
-            except BaseException:
-                await conn.disconnect(nowait=True)
+                continue
+            except ResponseError:
+                self._idle.append(conn)  # an error reply, read whole: the connection is fine
                 raise
-            finally:
-                await pool.release(conn)
+            except BaseException:
+                await conn.disconnect(nowait=True)  # its reply may still be on the way
+                self._idle.append(conn)
+                raise
+            self._idle.append(conn)
+            return reply
         raise AssertionError("unreachable: the second attempt returns or raises")
+
+    def _new_lane(self) -> AbstractConnection:
+        """A connection made as the client's pool makes its own, but without socket timeouts:
+        this object's timer bounds every call instead (connecting included)."""
+        pool = self._client.connection_pool
+        kwargs = {**pool.connection_kwargs, "socket_timeout": None}
+        kwargs.setdefault("socket_connect_timeout", self._timeout_s)
+        conn: AbstractConnection = pool.connection_class(**kwargs)
+        self._lanes.append(conn)
+        return conn
 
     def _head(self, name: str, keys: Sequence[str], n_args: int) -> bytes:
         """``FCALL``, the function and its keys in the wire format, for ``n_args`` more."""
@@ -147,6 +174,17 @@ class LuaCalls:
                 self._heads.clear()
             self._heads[cache_key] = head
         return head
+
+
+async def bounded(command: Awaitable[_T], timeout_s: float) -> _T:
+    """``command``'s result, or the builtin ``TimeoutError`` after ``timeout_s``: a hung Redis
+    must not hold a send. Cancelling mid-reply is safe: redis-py drops that connection rather
+    than reuse it out of step, and so do lanes."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await command
+    except TimeoutError:  # the builtin one; redis-py's own is a RedisError
+        raise TimeoutError(f"no answer within {timeout_s:g} s") from None
 
 
 def _encode(value: Arg) -> bytes:

@@ -59,7 +59,7 @@ from engine.clock import Clock
 from engine.domain import BucketKey, BucketLevel, BucketScope, Limit
 from engine.errors import ConfigError
 from engine.limiter import Reservation
-from engine.redis_calls import LuaCalls
+from engine.redis_calls import LuaCalls, bounded
 from engine.redis_fallback import PEERS_S, Granted, LocalFallback
 
 __all__ = ["RedisLimiter"]
@@ -95,8 +95,8 @@ def _client_for(url: str, timeout_s: float) -> Redis:
 
 def _bounds_itself(client: Redis, timeout_s: float) -> bool:
     """True when ``client``'s own socket timeouts (redis-py's default is 5 s) already give up
-    within ``timeout_s``, so a command needs no timer of the limiter's on top: about 13 us
-    less per call here."""
+    within ``timeout_s``, so a command other than the Lua calls (which bound themselves) needs
+    no timer of the limiter's on top."""
     kwargs = client.connection_pool.connection_kwargs
     read_s = kwargs.get("socket_timeout", 5.0)
     connect_s = kwargs.get("socket_connect_timeout", read_s)
@@ -142,7 +142,7 @@ class RedisLimiter:
         self._probe_s = probe_s
         self._call_timeout_s = call_timeout_s
         self._timed = not _bounds_itself(self._client, call_timeout_s)
-        self._calls = LuaCalls(self._client)
+        self._calls = LuaCalls(self._client, timeout_s=call_timeout_s)
         self._set_key = f"{prefix}:buckets:v2"
         self._marker_key = f"{prefix}:seeded:v2"
         self._old_marker_key = f"{prefix}:seeded"  # the three-keys-per-bucket layout's
@@ -244,7 +244,11 @@ class RedisLimiter:
         return self._fallback.levels()
 
     async def aclose(self) -> None:
-        """Close the client if this limiter made it."""
+        """Close the limiter's own connections, and the client if this limiter made it."""
+        try:
+            await self._calls.aclose()
+        except _UNAVAILABLE as exc:
+            log.debug("closing the Redis connections: %s", exc)
         if self._owns_client:
             try:
                 await self._client.aclose()
@@ -256,20 +260,14 @@ class RedisLimiter:
     async def _bounded(self, command: Awaitable[_T]) -> _T:
         """``command``'s result, or a ``TimeoutError`` after ``call_timeout_s``: a hung Redis
         must not hold a send for a longer socket timeout. The client's own timeouts bound it
-        when they are short enough (as in one this limiter made); else a timer of its own,
-        and cancelling mid-reply is safe: redis-py drops that connection rather than reuse it
-        out of step."""
+        when they are short enough (as in one this limiter made); else a timer of its own."""
         if not self._timed:
             return await command
-        try:
-            async with asyncio.timeout(self._call_timeout_s):
-                return await command
-        except TimeoutError:  # the builtin one; redis-py's own is a RedisError
-            raise TimeoutError(f"no answer within {self._call_timeout_s:g} s") from None
+        return await bounded(command, self._call_timeout_s)
 
     async def _script(self, name: str, keys: Sequence[str], args: Sequence[Any] = ()) -> Any:
         """Run one of the Lua scripts (``engine/redis_calls.py``), within ``call_timeout_s``."""
-        return await self._bounded(self._calls(name, keys, args))
+        return await self._calls(name, keys, args)
 
     def _base(self, key: BucketKey) -> str:
         tenant, provider = quote(key.tenant, safe=""), quote(key.provider, safe="")

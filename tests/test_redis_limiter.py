@@ -237,23 +237,29 @@ async def test_a_library_missing_from_the_server_is_loaded_again(make: Make, cli
     assert limiter._calls.uses_functions
 
 
-def connections(
+def lanes(
     monkeypatch: pytest.MonkeyPatch, limiter: RedisLimiter, hook: Callable[[Any], None]
 ) -> list[Any]:
-    """The connections this limiter's pool hands out from now on, each passed to ``hook``
-    first."""
-    pool = limiter._client.connection_pool
-    real = cast(Callable[[], Awaitable[Any]], pool.get_connection)
-    handed: list[Any] = []
+    """The connections this limiter's Lua calls use from now on (the idle ones dropped), each
+    passed to ``hook`` when made."""
+    calls = limiter._calls
+    real = calls._new_lane
+    made: list[Any] = []
 
-    async def get_connection() -> Any:
-        conn = await real()
+    def new_lane() -> Any:
+        conn = real()
         hook(conn)
-        handed.append(conn)
+        made.append(conn)
         return conn
 
-    monkeypatch.setattr(pool, "get_connection", get_connection)
-    return handed
+    calls._idle.clear()  # still in calls._lanes, closed with the limiter
+    monkeypatch.setattr(calls, "_new_lane", new_lane)
+    return made
+
+
+def is_fcall(command: Any) -> bool:
+    """Whether a packed command is a Lua call (not one of the connection's own handshake)."""
+    return isinstance(command, bytes) and b"FCALL" in command
 
 
 async def test_a_call_on_a_connection_the_server_dropped_is_made_once_more(
@@ -267,16 +273,17 @@ async def test_a_call_on_a_connection_the_server_dropped_is_made_once_more(
     def drop_once(conn: Any) -> None:
         real_send = conn.send_packed_command
 
-        async def send(*args: Any, **kwargs: Any) -> None:
-            if failures:
+        async def send(command: Any, **kwargs: Any) -> None:
+            if failures and is_fcall(command):
                 raise failures.pop()
-            await real_send(*args, **kwargs)
+            await real_send(command, **kwargs)
 
         monkeypatch.setattr(conn, "send_packed_command", send)
 
-    handed = connections(monkeypatch, limiter, drop_once)
+    made = lanes(monkeypatch, limiter, drop_once)
     assert (await limiter.reserve([TENANT], 2)).granted == 2
-    assert len(handed) == 2 and not failures  # a second try, and it answered
+    assert not failures  # the first try failed, a second one answered
+    assert len(made) == 1 and made[0].is_connected  # connected again
     assert limiter.backend == "redis"
 
 
@@ -291,21 +298,22 @@ async def test_a_call_cancelled_before_its_reply_closes_the_connection(
     def note_send(conn: Any) -> None:
         real_send = conn.send_packed_command
 
-        async def send(*args: Any, **kwargs: Any) -> None:
-            await real_send(*args, **kwargs)
-            sent.set()
-            await asyncio.sleep(1)  # the reply arrives; nobody reads it before the cancel
+        async def send(command: Any, **kwargs: Any) -> None:
+            await real_send(command, **kwargs)
+            if is_fcall(command):
+                sent.set()
+                await asyncio.sleep(1)  # the reply arrives; nobody reads it before the cancel
 
         monkeypatch.setattr(conn, "send_packed_command", send)
 
     assert (await limiter.reserve([TENANT], 1)).granted == 1  # seeds a fresh prefix first
-    handed = connections(monkeypatch, limiter, note_send)
+    made = lanes(monkeypatch, limiter, note_send)
     pending = asyncio.create_task(limiter.reserve([TENANT], 2))
     await sent.wait()
     pending.cancel()
     with pytest.raises(asyncio.CancelledError):
         await pending
-    assert not handed[0].is_connected
+    assert not made[0].is_connected
     monkeypatch.undo()
     after = await limiter.reserve([TENANT], 5)  # the cancelled call's 2 were taken in Redis
     assert after.granted == 2
@@ -733,7 +741,9 @@ async def test_a_late_refund_of_redis_tokens_does_not_add_to_a_refilled_fallback
 
 
 async def test_a_reservation_redis_answers_after_the_fallback_took_over_is_redis_s(
-    server: RedisServer, on_server: Callable[..., RedisLimiter]
+    server: RedisServer,
+    on_server: Callable[..., RedisLimiter],
+    monkeypatch: pytest.MonkeyPatch,  # after on_server: undone before the limiter is closed
 ) -> None:
     """Two sends at once: Redis grants one (its answer still on the way) and dies, and the
     other finds it gone and starts the fallback. The first reservation came from Redis all the
@@ -752,7 +762,7 @@ async def test_a_reservation_redis_answers_after_the_fallback_took_over_is_redis
             await deliver.wait()
         return result
 
-    limiter._calls = cast(Any, slow_answer)
+    monkeypatch.setattr(limiter, "_calls", slow_answer)
     pending = asyncio.create_task(limiter.reserve([TENANT], 10))
     await answered.wait()
     kill(server)
@@ -819,8 +829,9 @@ def unreachable(monkeypatch: pytest.MonkeyPatch, limiter: RedisLimiter) -> None:
     async def refused(*args: Any, **kwargs: Any) -> Any:
         raise RedisConnectionError("connection refused (simulated)")
 
-    # the pool, where every command (redis-py's path and the limiter's FCALL) gets a connection
+    # the pool, where redis-py's commands get their connections, and the Lua calls' own
     monkeypatch.setattr(limiter._client.connection_pool, "get_connection", refused)
+    monkeypatch.setattr(limiter._calls, "_fcall", refused)
 
 
 async def test_coming_back_does_not_grant_again_a_burst_spent_locally(
