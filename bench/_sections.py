@@ -543,6 +543,16 @@ def micro(bucket: Data | None, redis: Data | None) -> Context | None:
                     x(r["reserve_over_ceiling"]),
                 ]
             )
+            bare = r.get("bare_evalsha_return_1")
+            if bare:
+                rows.append(
+                    [
+                        f"the same, {mode.replace('_', ' ')}, against the bare call",
+                        f"{n(r['reserve']['median_per_s'])}/s",
+                        f"`return 1` packed once, own connections: {n(bare['median_per_s'])}/s",
+                        x(r["reserve_over_bare"]),
+                    ]
+                )
     drain = redis.get("drain")
     if drain:
         rows.append(

@@ -62,7 +62,9 @@ QUICK: dict[str, list[str]] = {
     "scale_queue": ["--pg-sizes", "1000,10000", "--sqlite-sizes", "1000", "--batch-count", "500"],
     "deep_store": ["--history", "20000", "--backlog", "20000", "--count", "1000", "--runs", "1"],
     "bucket": ["--number", "10000", "--repeat", "1"],
-    "redis_limiter": ["--seconds", "0.2", "--repeat", "1", "--drain-count", "1000"],
+    "redis_limiter": [
+        *("--seconds", "0.2", "--repeat", "1", "--drain-count", "1000", "--drain-repeat", "1"),
+    ],
     "plan": ["--quick"],
 }
 COLORS = {"omnipost": "#2b6cb0", "omnipost_wide": "#63b3ed", "procrastinate": "#dd6b20"}
