@@ -51,7 +51,7 @@ def script_text(name: str) -> str:
 
 def library_text(library: str) -> str:
     """Every script as a function of one library named ``library``: the shared helpers once,
-    then each body inside a function of ``(KEYS, ARGV)``, registered as ``LIBRARY_NAME``."""
+    then each body inside a function of ``(KEYS, ARGV)``, registered as ``<library>_<name>``."""
     parts = [f"#!lua name={library}", _source("common")]
     for name in SCRIPTS:
         parts.append(f"local function {name}(KEYS, ARGV)\n{_source(name)}\nend")
