@@ -136,6 +136,21 @@ class Circuits:
 
         await self._change(provider_id, back)
 
+    def settled(self, item: Leased, result: SendResult) -> bool:
+        """``after_send`` for the common case, at once: True when the send was not the
+        provider's fault, was no probe and the provider's circuit is closed (the provider's
+        run of failures is over; the retry policy decides); False, with nothing done, when
+        ``after_send`` has more to do."""
+        found = self._health.get(item.provider_id)
+        if (
+            result.is_provider_fault
+            or (found is not None and found.view.state is not CircuitState.CLOSED)
+            or item.id in self._probes
+        ):
+            return False
+        self._runs[item.provider_id] = 0
+        return True
+
     async def after_send(self, item: Leased, result: SendResult) -> Decision | None:
         """Account for one send's result. Returns the decision when the circuit holds the
         notification (queued again, no attempt spent, due after the first back-off: never dead

@@ -13,13 +13,28 @@ from dataclasses import dataclass, field
 from engine.domain import BucketKey, Limit
 from engine.errors import OmniPostError
 from engine.limiter import Limiter
+from engine.policy import send_keys
 from engine.ports import ConfigSource
-from engine.providers.base import Provider, ProviderConfig, ProviderFactory
+from engine.providers.base import Provider, ProviderConfig, ProviderFactory, batch_size
 from engine.store import PairLimit, ProviderRecord, TenantRecord
 
-__all__ = ["Directory"]
+__all__ = ["Directory", "Route"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """What a send of one (tenant, provider) key needs, looked up once per configuration: the
+    records, the provider's instance, the buckets it takes a token from, whether a limit is
+    configured on any of them, and how many messages the provider takes in one call."""
+
+    tenant: TenantRecord
+    provider: ProviderRecord
+    instance: Provider
+    buckets: tuple[BucketKey, ...]
+    paced: bool
+    per: int
 
 
 @dataclass
@@ -32,6 +47,8 @@ class Directory:
     instances: dict[int, Provider] = field(default_factory=dict)
     limits: dict[BucketKey, Limit] = field(default_factory=dict)
     broken: dict[int, str] = field(default_factory=dict)  # provider id -> why it cannot be built
+    # Per (tenant id, provider id): its route, or None when it has none; kept until a refresh.
+    _routes: dict[tuple[int, int], Route | None] = field(default_factory=dict, repr=False)
 
     def tenant_id(self, name: str) -> int | None:
         return next((t.id for t in self.tenants.values() if t.name == name), None)
@@ -43,14 +60,36 @@ class Directory:
     def provider_id(self, name: str) -> int | None:
         return next((p.id for p in self.providers.values() if p.name == name), None)
 
+    def route(self, key: tuple[int, int]) -> Route | None:
+        """The route of ``key`` (tenant id, provider id); None when the tenant or provider is
+        not configured or the provider could not be built. Asked once per claim and per send:
+        worked out once, until the next refresh."""
+        try:
+            return self._routes[key]
+        except KeyError:
+            pass
+        tenant = self.tenants.get(key[0])
+        record = self.providers.get(key[1])
+        instance = self.instances.get(key[1])
+        found = None
+        if tenant is not None and record is not None and instance is not None:
+            buckets = send_keys(tenant.name, record.name)  # the same tuple after a refresh
+            paced = not self.limits.keys().isdisjoint(buckets)
+            found = Route(tenant, record, instance, buckets, paced, batch_size(instance))
+        self._routes[key] = found
+        return found
+
     async def refresh(self) -> None:
         """Reload everything; reconfigure the limiter and rebuild providers that changed."""
         tenants = await self.store.config.tenants()
         providers = await self.store.config.providers(with_secrets=True)
         pairs = await self.store.config.pair_limits()
         self.tenants = {t.id: t for t in tenants}
-        await self._apply_limits(_limits(tenants, providers, pairs))
-        await self._rebuild(providers)
+        try:
+            await self._apply_limits(_limits(tenants, providers, pairs))
+            await self._rebuild(providers)
+        finally:
+            self._routes = {}
 
     async def _apply_limits(self, wanted: dict[BucketKey, Limit]) -> None:
         for key in self.limits.keys() - wanted.keys():

@@ -32,9 +32,9 @@ from engine.domain import BucketKey, NotificationState, SendResult
 from engine.due import count_in
 from engine.errors import OmniPostError
 from engine.limiter import Limiter, Reservation, take_waiting
-from engine.policy import STORE_OUTAGE, HeldBuckets, decide, round_robin, send_keys
+from engine.policy import STORE_OUTAGE, HeldBuckets, decide, round_robin
 from engine.ports import DispatchStore
-from engine.providers.base import batch_size, send_parcel
+from engine.providers.base import send_parcel
 from engine.store import Completion, DueKey, Leased
 from engine.telemetry import Telemetry
 from engine.work import Key, WorkQueue
@@ -44,6 +44,7 @@ __all__ = ["Dispatcher", "DispatcherSettings"]
 log = logging.getLogger(__name__)
 
 _NOT_HERE = SendResult.transient("provider is not available in this worker")  # frozen: shared
+_NONE = Reservation((), 0)  # nothing reserved (a frozen value)
 
 
 class Dispatcher:
@@ -237,23 +238,20 @@ class Dispatcher:
         """Reserve and lease up to its ``_room`` for ``key``; returns how many were leased,
         how long until it can be served again (0: at once), and the reservation (its
         ``held_by``: the round skips the other keys behind those buckets)."""
+        route = self._dir.route(key)
+        if route is None:
+            return 0, self.settings.poll_s, _NONE
         tenant_id, provider_id = key
-        tenant = self._dir.tenants.get(tenant_id)
-        provider = self._dir.providers.get(provider_id)
-        if tenant is None or provider is None or provider_id not in self._dir.instances:
-            return 0, self.settings.poll_s, Reservation((), 0)
         due = self._due[key]
-        buckets = send_keys(tenant.name, provider.name)
-        paced = not self._dir.limits.keys().isdisjoint(buckets)
-        per = batch_size(self._dir.instances[provider_id])
+        paced, per = route.paced, route.per
         room = self._work.room(self.settings, self.concurrency, paced=paced, per=per)
         if room <= 0:
             self._starved = True
-            return 0, self.settings.poll_s, Reservation((), 0)
+            return 0, self.settings.poll_s, _NONE
         probing = not self.circuits.is_closed(provider_id)  # and its probe is due
         reserved_at = self._clock.monotonic()
         asked = 1 if probing else min(room, due.due)
-        reservation = await self._limiter.reserve(buckets, asked)
+        reservation = await self._limiter.reserve(route.buckets, asked)
         if reservation.granted == 0:
             wait_s = min(reservation.wait_s, self.settings.poll_s)
             self._not_before[key] = self._clock.monotonic() + wait_s
@@ -339,32 +337,35 @@ class Dispatcher:
     async def _deliver(self, parcel: Sequence[Leased], taken_at: float) -> None:
         """Send one parcel (one key's leases, each with its token), then settle each."""
         first = parcel[0]
-        tenant = self._dir.tenants.get(first.tenant_id)
-        record = self._dir.providers.get(first.provider_id)
-        provider = self._dir.instances.get(first.provider_id)
+        route = self._dir.route((first.tenant_id, first.provider_id))
+        record = route.provider if route is not None else None
         results: Sequence[SendResult] = [_NOT_HERE] * len(parcel)
         send_s: float | None = None
-        if tenant is not None and record is not None and provider is not None:
-            messages = [item.message(tenant.name, record.name) for item in parcel]
-            if self._clock.monotonic() - taken_at > self.settings.token_lag_s:
+        if route is not None:
+            tenant_name, provider_name = route.tenant.name, route.provider.name
+            messages = [item.message(tenant_name, provider_name) for item in parcel]
+            if self._clock.monotonic() - taken_at > self.settings.token_lag_s and route.paced:
                 # Fresh tokens (waiting if need be); the stale ones fell due long ago and are not
                 # given back: spent now, they would add sends to a window that had its share.
-                buckets, n = send_keys(tenant.name, record.name), len(parcel)
-                if any(key in self._dir.limits for key in buckets):  # else nothing to pace
-                    self._telemetry.count("stale_tokens", n)
-                    await take_waiting(self._limiter, buckets, n, self._clock, self.settings.poll_s)
+                n, poll_s = len(parcel), self.settings.poll_s
+                self._telemetry.count("stale_tokens", n)
+                await take_waiting(self._limiter, route.buckets, n, self._clock, poll_s)
             started_s = self._clock.monotonic()
             timeout_s = self.settings.send_timeout_s
-            results = await send_parcel(provider, messages, self._clock, timeout_s)
+            results = await send_parcel(route.instance, messages, self._clock, timeout_s)
             send_s = self._clock.monotonic() - started_s
             self._work.sent(send_s)
-            self._telemetry.observe_send(record.name, send_s)
+            self._telemetry.observe_send(provider_name, send_s)
         decisions = []
+        throttle_s = 0.0
+        circuits = self.circuits
         for item, result in zip(parcel, results, strict=True):
-            probe = not self.circuits.is_closed(item.provider_id)
-            decision = await self.circuits.after_send(item, result)
-            if probe:  # the circuit may have closed: its keys are served again at once
-                self._wake.set()
+            decision = None
+            if not circuits.settled(item, result):  # else nothing for the circuit to do
+                probe = not circuits.is_closed(item.provider_id)
+                decision = await circuits.after_send(item, result)
+                if probe:  # the circuit may have closed: its keys are served again at once
+                    self._wake.set()
             if decision is None:  # not held by the circuit: the retry policy decides
                 decision = decide(
                     result,
@@ -374,7 +375,8 @@ class Dispatcher:
                     rand=self._rng.random(),
                 )
             decisions.append(decision)
-        throttle_s = max(d.throttle_s or 0.0 for d in decisions)
+            if decision.throttle_s and decision.throttle_s > throttle_s:
+                throttle_s = decision.throttle_s
         if throttle_s and record is not None:
             # Every sender of this provider backs off, not only this notification.
             await self._limiter.block(BucketKey.for_provider(record.name), throttle_s)

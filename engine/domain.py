@@ -146,7 +146,7 @@ class BucketLevel:
         return max(0.0, min(1.0, self.tokens / self.burst))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # a value; not frozen: built per send (see engine/store/records.py)
 class Message:
     """What a provider is asked to deliver. ``recipient`` is plaintext: never log it.
 

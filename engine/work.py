@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 from collections.abc import Sequence
 
 from engine.clock import Clock
@@ -34,7 +35,10 @@ class WorkQueue:
         self._clock = clock
         # One ticket per parcel put, or None: a sender exits. A ticket may outlive its parcel
         # (``take_provider`` takes parcels, not tickets); ``get`` then waits for the next.
-        self._tickets: asyncio.Queue[bool | None] = asyncio.Queue()
+        # An ``asyncio.Queue``'s rules (first come, first woken; one sender woken per ticket),
+        # kept by hand: a sender takes one per send, and the queue's layers cost more.
+        self._tickets: collections.deque[bool | None] = collections.deque()
+        self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
         # Per key, in turn (the next one first): parcels holding tokens, then the others.
         self._paced: dict[Key, collections.deque[Entry]] = {}
         self._lines: dict[Key, collections.deque[Entry]] = {}
@@ -110,12 +114,42 @@ class WorkQueue:
         self._count += 1
         self._leases += len(leases)
         self.paced += paced
-        self._tickets.put_nowait(True)
+        self._ticket(True)
+
+    def _ticket(self, ticket: bool | None) -> None:
+        """A ticket for the next ``get``: the first sender waiting (if any) is woken for it."""
+        self._tickets.append(ticket)
+        self._wake_next()
+
+    def _wake_next(self) -> None:
+        waiting = self._waiting
+        while waiting:
+            sender = waiting.popleft()
+            if not sender.done():
+                sender.set_result(None)
+                return
+
+    async def _next_ticket(self) -> bool | None:
+        """``asyncio.Queue.get`` on the tickets, cancellation included."""
+        tickets = self._tickets
+        while not tickets:
+            woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiting.append(woken)
+            try:
+                await woken
+            except BaseException:
+                woken.cancel()
+                with contextlib.suppress(ValueError):
+                    self._waiting.remove(woken)
+                if tickets and not woken.cancelled():  # woken, then cancelled: pass it on
+                    self._wake_next()
+                raise
+        return tickets.popleft()
 
     async def get(self) -> Entry | None:
         """The first parcel of the key whose turn it is; that key's turn then passes."""
         while True:
-            if await self._tickets.get() is None:
+            if await self._next_ticket() is None:
                 return None
             if self._count:
                 break
@@ -135,7 +169,7 @@ class WorkQueue:
 
     def close_one(self) -> None:
         """The next ``get`` that finds no lease returns None (leases put before it go first)."""
-        self._tickets.put_nowait(None)
+        self._ticket(None)
 
     def take_all(self) -> list[Leased]:
         """Every lease waiting, removed."""
@@ -144,8 +178,7 @@ class WorkQueue:
         self._paced.clear()
         self._lines.clear()
         self._count = self.paced = self._leases = 0
-        while not self._tickets.empty():
-            self._tickets.get_nowait()
+        self._tickets.clear()
         return taken
 
     def take_provider(self, provider_id: int) -> list[Leased]:

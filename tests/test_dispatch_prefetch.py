@@ -8,6 +8,7 @@ a send, as on a real store with a slow provider."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -247,6 +248,24 @@ async def test_work_queue_takes_keys_in_turn_paced_first() -> None:
     assert len(work) == 0 and work.paced == 0
     work.close_one()
     assert await work.get() is None  # a sender told to exit, past the stale tickets
+
+
+async def test_work_queue_wakes_senders_in_turn_and_passes_on_a_cancelled_wake() -> None:
+    work = WorkQueue(FakeClock())
+    first = asyncio.create_task(work.get())
+    second = asyncio.create_task(work.get())
+    await asyncio.sleep(0)  # both wait, the first in front
+    work.put((1, 1), [lease(1, 1)], 0.0, paced=False)
+    first.cancel()  # woken for the parcel, and cancelled before it ran: the next one takes it
+    entry = await asyncio.wait_for(second, 1.0)
+    assert entry is not None and entry[0][0].id == 1
+    assert first.cancelled()
+    third = asyncio.create_task(work.get())
+    fourth = asyncio.create_task(work.get())
+    await asyncio.sleep(0)
+    work.put((2, 1), [lease(2, 2)], 0.0, paced=False)
+    work.close_one()
+    assert (await third) is not None and (await fourth) is None  # first come, first served
 
 
 async def test_room_for_paced_and_unpaced_keys() -> None:

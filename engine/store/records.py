@@ -1,4 +1,9 @@
-"""Read models the store hands out: plain frozen values, safe to pass to the console."""
+"""Read models the store hands out: plain frozen values, safe to pass to the console.
+
+The three made once or more per send (``Leased``, ``Completion``, ``DueKey``) are values all
+the same, never changed once made, but not frozen: a frozen dataclass sets each field through
+``object.__setattr__``, which makes one about five times slower to build (1.1 against 0.2 us
+for ``Leased``), and a plan builds several per send."""
 
 from __future__ import annotations
 
@@ -97,7 +102,7 @@ class NotificationView:
     last_error: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # a value; not frozen: see the module docstring
 class Leased:
     """A notification leased to ``owner`` at ``attempt``; the recipient is plaintext for sending."""
 
@@ -128,7 +133,7 @@ class Leased:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # a value; not frozen: see the module docstring
 class Completion:
     """What to write back for one leased notification; applied only if the lease still holds."""
 
@@ -143,7 +148,7 @@ class Completion:
     send_s: float | None = None  # how long the provider took (None: it was not called)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # a value; not frozen: see the module docstring
 class DueKey:
     """A key with queued work: ``due`` rows due now, counted up to a cap (at least a batch
     tells the dispatcher enough), and the ``available_at`` of its earliest queued row."""
