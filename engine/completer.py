@@ -69,16 +69,16 @@ class Completer:
     ) -> None:
         """Add the outcome of sending ``item`` at ``now`` (wall), as ``decision`` says."""
         self.add(
-            Completion(
-                leased=item,
-                outcome=result.outcome,
-                state=decision.state,
-                detail=result.detail,
-                available_at=now + decision.delay_s,
-                spend_attempt=decision.spend_attempt,
-                ts=now,
-                latency_s=now - item.enqueued_at,
-                send_s=send_s,
+            Completion(  # leased, outcome, state, detail, available_at, spend_attempt, ts,
+                item,  # latency_s (enqueue to outcome), send_s: by position, made per send
+                result.outcome,
+                decision.state,
+                result.detail,
+                now + decision.delay_s,
+                decision.spend_attempt,
+                now,
+                now - item.enqueued_at,
+                send_s,
             )
         )
 

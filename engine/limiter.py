@@ -16,7 +16,7 @@ from engine.domain import BucketKey, BucketLevel, Limit
 __all__ = ["Limiter", "Reservation", "take_waiting"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # a value, shared once made: never changed (not frozen: made per send)
 class Reservation:
     """Tokens taken from every bucket of ``keys`` at once.
 

@@ -235,19 +235,19 @@ class MemoryQueue:
             row.owner = owner
             row.attempt += 1
             leased.append(
-                Leased(
-                    id=row_id,
-                    tenant_id=tenant_id,
-                    provider_id=provider_id,
-                    recipient="",
-                    payload={},
-                    idempotency_key=f"plan-{row_id}",
-                    attempt=row.attempt,
-                    failures=row.failures,
-                    max_attempts=max_attempts,
-                    enqueued_at=row.enqueued_at,
-                    owner=owner,
-                    lease_expires_at=expires_at,
+                Leased(  # by position: id, tenant_id, provider_id, recipient, payload,
+                    row_id,  # idempotency_key, attempt, failures, max_attempts, enqueued_at,
+                    tenant_id,  # owner, lease_expires_at
+                    provider_id,
+                    "",
+                    {},
+                    f"plan-{row_id}",
+                    row.attempt,
+                    row.failures,
+                    max_attempts,
+                    row.enqueued_at,
+                    owner,
+                    expires_at,
                 )
             )
         self._queued[key] -= len(leased)

@@ -160,6 +160,26 @@ def test_the_virtual_loop_moves_time_only_to_the_next_timer() -> None:
         run_virtual(stuck)
 
 
+def test_a_callback_that_raises_is_reported_and_the_loop_goes_on() -> None:
+    reported: list[dict[str, object]] = []
+
+    def broken() -> None:
+        raise ValueError("boom")
+
+    async def main(clock: object) -> float:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _, context: reported.append(context))
+        loop.call_soon(broken)
+        loop.call_later(5, broken)
+        await asyncio.sleep(10)
+        return loop.time()
+
+    assert run_virtual(main) == 10.0
+    assert len(reported) == 2
+    assert all(isinstance(context["exception"], ValueError) for context in reported)
+    assert all("Exception in callback" in str(context["message"]) for context in reported)
+
+
 # -- plans -------------------------------------------------------------------------------------
 
 

@@ -121,7 +121,10 @@ class SimulatedProvider:
     def draw_latency_s(self) -> float:
         """One latency in seconds: uniform over ``latency_ms ± latency_jitter_ms``, at least 0."""
         jitter = self.latency_jitter_ms
-        drawn = self.latency_ms + (self._rng.uniform(-jitter, jitter) if jitter else 0.0)
+        # ``rng.uniform(-jitter, jitter)``, bit for bit, without its call: drawn per send.
+        drawn = self.latency_ms + (
+            -jitter + (jitter + jitter) * self._rng.random() if jitter else 0.0
+        )
         return max(0.0, drawn) / 1000.0
 
     def draw_result(self) -> SendResult:

@@ -121,15 +121,15 @@ class Leased:
 
     def message(self, tenant: str, provider: str) -> Message:
         """What the provider is given to send."""
-        return Message(
-            notification_id=self.id,
-            tenant=tenant,
-            provider=provider,
-            recipient=self.recipient,
-            payload=self.payload,
-            idempotency_key=self.idempotency_key,
-            attempt=self.attempt,
-            delivery_attempt=self.failures + 1,
+        return Message(  # by position (made per send): notification_id, tenant, provider,
+            self.id,  # recipient, payload, idempotency_key, attempt, delivery_attempt
+            tenant,
+            provider,
+            self.recipient,
+            self.payload,
+            self.idempotency_key,
+            self.attempt,
+            self.failures + 1,
         )
 
 
