@@ -35,7 +35,7 @@ def _share(limit: Limit, workers: int) -> Limit:
     return Limit(limit.rate_per_s / workers, max(1.0, limit.burst / workers))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # a value, never changed; not frozen, as Reservation
 class Granted(Reservation):
     """A ``Reservation`` and the era of the backend that granted it (see ``LocalFallback``)."""
 
