@@ -219,10 +219,11 @@ class Dispatcher:
             if self._work.full(self.settings, self.concurrency):
                 self._starved = True  # a send that ends wakes the loop
                 return wait_s if not progressed else 0.0
-            blocked_s = self.circuits.blocked_for_s(key[1], now)
-            if blocked_s > 0:  # its circuit is open; no probe yet, or another worker's
-                wait_s = min(wait_s, blocked_s)
-                continue
+            if not self.circuits.is_closed(key[1]):
+                blocked_s = self.circuits.blocked_for_s(key[1], now)
+                if blocked_s > 0:  # its circuit is open; no probe yet, or another worker's
+                    wait_s = min(wait_s, blocked_s)
+                    continue
             got, key_wait_s, short = await self._serve(key)
             held.note(key, short)
             progressed |= got > 0
@@ -276,8 +277,11 @@ class Dispatcher:
             self._drained.add(key)  # drained, or the count was off: look again next round
             self._keys = None
         self._last = key
-        for first in range(0, len(leased), per):
-            self._work.put(key, leased[first : first + per], taken_at, paced=paced)
+        if len(leased) == 1:  # the common case: a parcel of one, without the slicing
+            self._work.put(key, (leased[0],), taken_at, paced=paced)
+        else:
+            for first in range(0, len(leased), per):
+                self._work.put(key, leased[first : first + per], taken_at, paced=paced)
         if left and reservation.granted < asked:  # its buckets ran dry: not before they refill
             wait_s = min(reservation.wait_s, self.settings.poll_s)
             self._not_before[key] = self._clock.monotonic() + wait_s

@@ -79,10 +79,9 @@ class WorkQueue:
     def full(self, settings: DispatcherSettings, concurrency: int) -> bool:
         """No key may lease now, paced or not (room is counted in parcels: whatever a key's
         parcel size, it has room exactly when a key of single sends has)."""
-        return (
-            self.room(settings, concurrency, paced=False) <= 0
-            and self.room(settings, concurrency, paced=True) <= 0
-        )
+        if concurrency + settings.ahead > self._count + len(self._sending):
+            return False  # room for a key no limit paces (``room``'s first case), at once
+        return self.room(settings, concurrency, paced=True) <= 0
 
     def room(
         self, settings: DispatcherSettings, concurrency: int, *, paced: bool, per: int = 1
@@ -110,7 +109,7 @@ class WorkQueue:
         line = lines.get(key)
         if line is None:
             line = lines[key] = collections.deque()
-        line.append((tuple(leases), taken_at))
+        line.append((leases if isinstance(leases, tuple) else tuple(leases), taken_at))
         self._count += 1
         self._leases += len(leases)
         self.paced += paced
