@@ -140,10 +140,10 @@ class _LeanVirtualLoop(_VirtualLoop):
             self._check_callback(callback, "call_at")  # type: ignore[attr-defined]
         if self._debug:  # asyncio's own, which records where it was made
             timer: asyncio.TimerHandle = asyncio.TimerHandle(when, callback, args, self, context)
+            timer._scheduled = True  # type: ignore[attr-defined]
         else:
-            timer = _Timer(when, callback, args, self, context)
+            timer = _Timer(when, callback, args, self, context)  # made scheduled
         heapq.heappush(self._scheduled, (when, timer))
-        timer._scheduled = True  # type: ignore[attr-defined]
         return timer
 
     def _run_once(self) -> None:
@@ -290,7 +290,7 @@ class _Timer(asyncio.TimerHandle):
         self._repr = None
         self._source_traceback = None
         self._when = when
-        self._scheduled = False
+        self._scheduled = True  # ``call_at`` puts it on the heap at once
 
     def cancel(self) -> None:
         """``TimerHandle.cancel``: counted as cancelled on the heap while it is still there."""
@@ -332,8 +332,8 @@ class LoopClock(SystemClock):
             await asyncio.sleep(0)
             return
         loop = self._loop
-        woken = loop.create_future()
-        timer = loop.call_at(loop.time() + seconds, _wake, woken)
+        woken: asyncio.Future[None] = asyncio.Future(loop=loop)  # loop.create_future(), direct
+        timer = loop.call_at(self._time.now + seconds, _wake, woken)
         try:
             await woken
         finally:
@@ -349,10 +349,10 @@ class LoopClock(SystemClock):
         ``Event._waiters``, which ``Event.wait`` itself fills (on the lean loop only)."""
         if not self._lean:
             return await super().wait_for(event, timeout_s)
-        loop = self._loop
-        when = loop.time() + timeout_s
-        woken = loop.create_future()
-        if when <= loop.time():  # as ``asyncio.Timeout.reschedule`` schedules an overdue one
+        loop, now = self._loop, self._time.now
+        when = now + timeout_s
+        woken: asyncio.Future[None] = asyncio.Future(loop=loop)  # loop.create_future(), direct
+        if when <= now:  # as ``asyncio.Timeout.reschedule`` schedules an overdue one
             timer: asyncio.Handle = loop.call_soon(_wake, woken)
         else:
             timer = loop.call_at(when, _wake, woken)
