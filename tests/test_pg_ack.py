@@ -52,11 +52,8 @@ def deliver_args(leased: list[Leased]) -> list[Any]:
         [item.attempt for item in leased],
         T0 + 1,
         OWNER,
-        [item.tenant_id for item in leased],
-        [item.provider_id for item in leased],
-        ["delivered"] * k,
+        OWNER,
         [""] * k,
-        [OWNER] * k,
         [T0 + 1] * k,
         [1.0] * k,
         [None] * k,
@@ -65,8 +62,7 @@ def deliver_args(leased: list[Leased]) -> list[Any]:
 
 # The types of DELIVER_SQL's parameters, in order (what asyncpg infers when it prepares it).
 DELIVER_TYPES = [
-    "bigint[]", "integer[]", "float8", "text", "integer[]", "integer[]",
-    "text[]", "text[]", "text[]", "float8[]", "float8[]", "float8[]",
+    "bigint[]", "integer[]", "float8", "text", "text", "text[]", "float8[]", "float8[]", "float8[]",
 ]  # fmt: skip
 
 

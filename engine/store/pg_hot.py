@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from engine.domain import NotificationState
+from engine.domain import NotificationState, Outcome
 from engine.store.records import Completion
 
 __all__ = ["CLAIM_SQL", "DELIVER_SQL", "ENQUEUE_SQL", "KEYS_SQL", "claim", "deliver", "enqueue"]
@@ -29,6 +29,7 @@ __all__ = ["CLAIM_SQL", "DELIVER_SQL", "ENQUEUE_SQL", "KEYS_SQL", "claim", "deli
 _QUEUED = NotificationState.QUEUED.value
 _LEASED = NotificationState.LEASED.value
 _DELIVERED = NotificationState.DELIVERED.value
+_DELIVERED_OUTCOME = Outcome.DELIVERED.value
 
 # The picked rows are locked in a materialized CTE: as a plain IN (subquery) the planner may
 # run the subquery again per outer row, each run skipping the rows already changed, so that
@@ -63,15 +64,15 @@ WITH acked AS (
     WHERE id = ANY($1::bigint[])
       AND (id, attempt) IN (SELECT * FROM unnest($1::bigint[], $2::integer[]))
       AND (lease_owner, state) IS NOT DISTINCT FROM ($4, '{_LEASED}')
-    RETURNING id
+    RETURNING id, tenant_id, provider_id, attempt
 ), logged AS (
     INSERT INTO delivery_log (notification_id, tenant_id, provider_id, attempt, outcome,
                               detail, worker, ts, latency_s, send_s)
-    SELECT l.* FROM unnest($1::bigint[], $5::integer[], $6::integer[], $2::integer[],
-                           $7::text[], $8::text[], $9::text[], $10::float8[], $11::float8[],
-                           $12::float8[])
-        AS l(id, tenant_id, provider_id, attempt, outcome, detail, worker, ts, latency_s, send_s)
-    WHERE l.id IN (SELECT id FROM acked)
+    SELECT a.id, a.tenant_id, a.provider_id, a.attempt, '{_DELIVERED_OUTCOME}', l.detail, $5,
+           l.ts, l.latency_s, l.send_s
+    FROM unnest($1::bigint[], $6::text[], $7::float8[], $8::float8[], $9::float8[])
+        AS l(id, detail, ts, latency_s, send_s)
+    JOIN acked AS a ON a.id = l.id
 )
 SELECT id FROM acked
 """
@@ -163,17 +164,17 @@ async def deliver(conn: Any, completions: Sequence[Completion], worker: str) -> 
     for each of those; returns the ids applied. ``conn``: as ``claim``'s."""
     ordered = sorted(completions, key=lambda c: c.leased.id)
     leases = [c.leased for c in ordered]
+    # The log row's tenant, provider and attempt are the updated row's own (the same values:
+    # the lease held); the worker and the outcome are one for the batch. Fewer arrays: asyncpg
+    # checks each element of each array it encodes, a good part of an acknowledgement's cost.
     rows = await conn.fetch(
         DELIVER_SQL,
         [item.id for item in leases],
         [item.attempt for item in leases],
         max(c.ts for c in ordered),
         leases[0].owner,
-        [item.tenant_id for item in leases],
-        [item.provider_id for item in leases],
-        [c.outcome.value for c in ordered],
+        worker,
         [c.detail[:500] for c in ordered],
-        [worker] * len(ordered),
         [c.ts for c in ordered],
         [c.latency_s for c in ordered],
         [c.send_s for c in ordered],

@@ -120,19 +120,19 @@ class QueueRepo(QueueReads):
             )
         decrypt, loads = self._box.decrypt, json.loads
         leased = [
-            Leased(
-                id=i,
-                tenant_id=tenant_id,
-                provider_id=provider_id,
-                recipient=decrypt(recipient),
-                payload=loads(payload),
-                idempotency_key=key,
-                attempt=attempt,
-                failures=failures,
-                max_attempts=max_attempts,
-                enqueued_at=enqueued_at,
-                owner=owner,
-                lease_expires_at=expires,
+            Leased(  # by position, as the fields go: made per row
+                i,
+                tenant_id,
+                provider_id,
+                decrypt(recipient),
+                loads(payload),
+                key,
+                attempt,
+                failures,
+                max_attempts,
+                enqueued_at,
+                owner,
+                expires,
             )
             for i, recipient, payload, key, attempt, failures, max_attempts, enqueued_at in rows
         ]
@@ -283,9 +283,10 @@ def _dead(tenant_id: int, ids: Sequence[int] | None) -> sa.ColumnElement[bool]:
 
 
 def _all_delivered_by_one(completions: Sequence[Completion]) -> bool:
-    owner = completions[0].leased.owner
+    owner, delivered = completions[0].leased.owner, NotificationState.DELIVERED
     return all(
-        c.state is NotificationState.DELIVERED and c.leased.owner == owner for c in completions
+        c.state is delivered and c.outcome is Outcome.DELIVERED and c.leased.owner == owner
+        for c in completions
     )
 
 
