@@ -277,11 +277,9 @@ class Dispatcher:
             self._drained.add(key)  # drained, or the count was off: look again next round
             self._keys = None
         self._last = key
-        if len(leased) == 1:  # the common case: a parcel of one, without the slicing
-            self._work.put(key, (leased[0],), taken_at, paced=paced)
-        else:
-            for first in range(0, len(leased), per):
-                self._work.put(key, leased[first : first + per], taken_at, paced=paced)
+        for first in range(0, len(leased), per):  # a parcel of one (the most) is not sliced
+            parcel = leased if len(leased) == 1 else leased[first : first + per]
+            self._work.put(key, parcel, taken_at, paced=paced)
         if left and reservation.granted < asked:  # its buckets ran dry: not before they refill
             wait_s = min(reservation.wait_s, self.settings.poll_s)
             self._not_before[key] = self._clock.monotonic() + wait_s
