@@ -63,6 +63,7 @@ class Circuits:
         self.owner = owner
         self.probe_lease_s = probe_lease_s
         self._health: dict[int, Health] = {}
+        self.all_closed = True  # every circuit known here is closed (asked per send)
         self._runs: dict[int, int] = {}  # this engine's provider-level failures in a row
         self._probes: set[int] = set()  # ids of the notifications sent as probes
         self.read_at = -math.inf  # monotonic time of the last read from the store
@@ -91,6 +92,11 @@ class Circuits:
         found = self._health.get(provider_id)
         return found is None or found.view.state is CircuitState.CLOSED
 
+    def _noted(self) -> None:
+        """After ``_health`` changed: whether every circuit is closed."""
+        closed_ = CircuitState.CLOSED
+        self.all_closed = all(h.view.state is closed_ for h in self._health.values())
+
     def view(self) -> tuple[ProviderHealth, ...]:
         """Every provider's health (configured here or read from the store), by name."""
         shown = [self.health(pid).view for pid in self._dir.providers.keys() | self._health]
@@ -105,6 +111,7 @@ class Circuits:
             if before is not None and before.state is not h.state:
                 log.info("provider %s: circuit %s (seen in the store)", h.view.provider, h.state)
         self._health = fresh
+        self._noted()
 
     def settings(self, provider_id: int) -> CircuitSettings:
         record = self._dir.providers.get(provider_id)
@@ -141,12 +148,9 @@ class Circuits:
         provider's fault, was no probe and the provider's circuit is closed (the provider's
         run of failures is over; the retry policy decides); False, with nothing done, when
         ``after_send`` has more to do."""
-        found = self._health.get(item.provider_id)
-        if (
-            result.is_provider_fault
-            or (found is not None and found.view.state is not CircuitState.CLOSED)
-            or item.id in self._probes
-        ):
+        if result.is_provider_fault or not (self.all_closed or self.is_closed(item.provider_id)):
+            return False
+        if self._probes and item.id in self._probes:
             return False
         self._runs[item.provider_id] = 0
         return True
@@ -187,6 +191,7 @@ class Circuits:
             audit=(actor, "provider.resume"),
         )
         self._health[provider_id] = h
+        self._noted()
         log.info("provider %s: circuit closed by %s", h.view.provider, actor)
         return h.view
 
@@ -246,6 +251,7 @@ class Circuits:
             log.warning("provider health not written: %s", exc.message)
             return False
         self._health[provider_id] = h
+        self._noted()
         return changed
 
     def __repr__(self) -> str:

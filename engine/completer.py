@@ -68,7 +68,7 @@ class Completer:
         now: float,
     ) -> None:
         """Add the outcome of sending ``item`` at ``now`` (wall), as ``decision`` says."""
-        self.add(
+        self._done.append(  # ``add``, written out: once per send
             Completion(  # leased, outcome, state, detail, available_at, spend_attempt, ts,
                 item,  # latency_s (enqueue to outcome), send_s: by position, made per send
                 result.outcome,
@@ -81,6 +81,7 @@ class Completer:
                 send_s,
             )
         )
+        self._ready.set()
 
     async def run(self) -> None:
         failures = 0  # failed writes in a row

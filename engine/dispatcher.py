@@ -219,7 +219,7 @@ class Dispatcher:
             if self._work.full(self.settings, self.concurrency):
                 self._starved = True  # a send that ends wakes the loop
                 return wait_s if not progressed else 0.0
-            if not self.circuits.is_closed(key[1]):
+            if not (self.circuits.all_closed or self.circuits.is_closed(key[1])):
                 blocked_s = self.circuits.blocked_for_s(key[1], now)
                 if blocked_s > 0:  # its circuit is open; no probe yet, or another worker's
                     wait_s = min(wait_s, blocked_s)
@@ -249,7 +249,8 @@ class Dispatcher:
         if room <= 0:
             self._starved = True
             return 0, self.settings.poll_s, _NONE
-        probing = not self.circuits.is_closed(provider_id)  # and its probe is due
+        circuits = self.circuits  # not closed: its probe is due (else the round passed it)
+        probing = not (circuits.all_closed or circuits.is_closed(provider_id))
         reserved_at = self._clock.monotonic()
         asked = 1 if probing else min(room, due.due)
         reservation = await self._limiter.reserve(route.buckets, asked)
@@ -346,21 +347,20 @@ class Dispatcher:
         if route is not None:
             tenant_name, provider_name = route.tenant.name, route.provider.name
             messages = [item.message(tenant_name, provider_name) for item in parcel]
-            if self._clock.monotonic() - taken_at > self.settings.token_lag_s and route.paced:
+            started_s = self._clock.monotonic()
+            if started_s - taken_at > self.settings.token_lag_s and route.paced:
                 # Fresh tokens (waiting if need be); the stale ones fell due long ago and are not
                 # given back: spent now, they would add sends to a window that had its share.
                 n, poll_s = len(parcel), self.settings.poll_s
                 self._telemetry.count("stale_tokens", n)
                 await take_waiting(self._limiter, route.buckets, n, self._clock, poll_s)
-            started_s = self._clock.monotonic()
+                started_s = self._clock.monotonic()
             timeout_s = self.settings.send_timeout_s
             results = await send_parcel(route.instance, messages, self._clock, timeout_s)
             send_s = self._clock.monotonic() - started_s
             self._work.sent(send_s)
             self._telemetry.observe_send(provider_name, send_s)
-        decisions = []
-        throttle_s = 0.0
-        circuits = self.circuits
+        decisions, throttle_s, circuits = [], 0.0, self.circuits
         for item, result in zip(parcel, results, strict=True):
             decision = None
             if not circuits.settled(item, result):  # else nothing for the circuit to do
@@ -382,7 +382,7 @@ class Dispatcher:
         if throttle_s and record is not None:
             # Every sender of this provider backs off, not only this notification.
             await self._limiter.block(BucketKey.for_provider(record.name), throttle_s)
-        if throttle_s or not self.circuits.is_closed(first.provider_id):
+        if throttle_s or not (circuits.all_closed or circuits.is_closed(first.provider_id)):
             await self._give_back(self._work.take_provider(first.provider_id))
         for item, result, decision in zip(parcel, results, decisions, strict=True):
             self._completer.finished(item, result, decision, send_s, now=self._clock.wall())

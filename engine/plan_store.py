@@ -136,10 +136,10 @@ class PlanLedger:
         if tally.first_send_at is None:
             tally.first_send_at = c.ts
         tally.last_send_at = c.ts
-        self.tenant(c.leased.tenant_id).sends += 1
+        self.tenants[c.leased.tenant_id].sends += 1  # its tally is made when it is enqueued
 
     def finished(self, tenant_id: int, c: Completion) -> None:
-        tally = self.tenant(tenant_id)
+        tally = self.tenants[tenant_id]
         if c.state is NotificationState.DELIVERED:
             tally.delivered += 1
             tally.waits.append(c.ts - c.leased.enqueued_at)
@@ -148,7 +148,8 @@ class PlanLedger:
         tally.last_finished_at = c.ts
         tally.moved(c.ts, -1)
         self.outstanding -= 1
-        self._check()
+        if self.fed_all and not self.outstanding:  # ``_check()``, written out: once per send
+            self.done.set()
 
     def _check(self) -> None:
         if self.fed_all and self.outstanding == 0:
@@ -280,10 +281,18 @@ class MemoryQueue:
 
     async def complete(self, completions: Sequence[Completion], *, worker: str) -> list[bool]:
         applied = []
+        rows = self._rows
         for c in completions:
-            row = self._holds(c.leased, c.leased.owner)
-            applied.append(row is not None)
-            if row is None:
+            item = c.leased  # ``_holds(item, item.owner)``, written out: once per send
+            row = rows.get(item.id)
+            held = (
+                row is not None
+                and row.state is _LEASED
+                and row.owner == item.owner
+                and row.attempt == item.attempt
+            )
+            applied.append(held)
+            if row is None or not held:
                 continue
             self._ledger.sent(c)
             if c.state is _QUEUED:

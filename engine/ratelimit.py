@@ -74,23 +74,35 @@ class TokenBucket:
 
     def try_take(self, now: float, n: float = 1.0) -> bool:
         """Take ``n`` tokens at ``now`` if they are all there; else take none. True if taken."""
-        _check_n(n)
+        if not n >= 0:  # also NaN: ``_check_n`` raises (checked inline: asked per send)
+            _check_n(n)
         tokens = self._advance(now)
         if tokens + EPSILON < n:  # rounding may leave a due token a hair short: see above
             return False
         self._tokens = tokens - n
         return True
 
+    # ``whole_at`` and ``take_whole`` are asked for each bucket of every send: ``tokens_at``
+    # is written out in them rather than called.
+
     def whole_at(self, now: float) -> int:
         """``whole(tokens_at(now))``: the whole tokens there at ``now``. Not changed."""
-        return math.floor(self.tokens_at(now) + EPSILON)
+        elapsed = now - self._stamp
+        if not elapsed > 0:
+            return math.floor(self._tokens + EPSILON)
+        tokens = self._tokens + elapsed * self._rate_per_s
+        return math.floor((tokens if tokens < self._burst else self._burst) + EPSILON)
 
     def take_whole(self, now: float, n: int) -> None:
         """``try_take(now, n)`` for an ``n`` of at most ``whole_at(now)``, which it takes (in
         one call: a limiter takes from each bucket of every send)."""
-        tokens = self.tokens_at(now)
-        self._stamp = max(self._stamp, now)
-        self._tokens = tokens - n
+        elapsed = now - self._stamp
+        if elapsed > 0:
+            tokens = self._tokens + elapsed * self._rate_per_s
+            self._tokens = (tokens if tokens < self._burst else self._burst) - n
+            self._stamp = now
+        else:  # an earlier (or NaN) time adds nothing, and the stamp stays the latest seen
+            self._tokens -= n
 
     def wait_s(self, now: float, n: float = 1.0) -> float:
         """Seconds from ``now`` until ``n`` tokens are there, if nothing else is taken.
@@ -99,10 +111,13 @@ class TokenBucket:
         earlier than the latest time seen, the refill counts only from that latest time.
         The bucket is not changed.
         """
-        _check_n(n)
+        if not n >= 0:  # also NaN: ``_check_n`` raises (checked inline: asked per send)
+            _check_n(n)
         if n > self._burst:
             return math.inf
-        missing = n - self.tokens_at(now)
+        elapsed = now - self._stamp  # ``tokens_at(now)``, written out (asked per send)
+        tokens = self._tokens + elapsed * self._rate_per_s if elapsed > 0 else self._tokens
+        missing = n - (tokens if tokens < self._burst else self._burst)
         if missing <= EPSILON:
             return 0.0
         return max(0.0, self._stamp - now) + missing / self._rate_per_s
@@ -123,7 +138,8 @@ class TokenBucket:
 
     def give(self, now: float, n: float) -> None:
         """Give back ``n`` tokens at ``now`` (a refund); the level never exceeds the burst."""
-        _check_n(n)
+        if not n >= 0:  # also NaN: ``_check_n`` raises (checked inline: asked per send)
+            _check_n(n)
         self._tokens = min(self._burst, self._advance(now) + n)
 
     def drain(self, now: float) -> None:

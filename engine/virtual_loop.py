@@ -336,8 +336,9 @@ class LoopClock(SystemClock):
         timer = loop.call_at(self._time.now + seconds, _wake, woken)
         try:
             await woken
-        finally:
+        except BaseException:  # cut short (cancelled): its timer goes; else it has run
             timer.cancel()
+            raise
 
     async def wait_for(self, event: asyncio.Event, timeout_s: float) -> bool:
         """What ``SystemClock.wait_for`` does (``event.wait()`` under ``asyncio.timeout``), step
