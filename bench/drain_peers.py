@@ -100,14 +100,22 @@ def pg_claim(conn: Any, n: int) -> Any:
 
 def pg_ack(conn: Any, rows: list[Any]) -> Any:
     """The store's acknowledgement on Postgres: the leases and their delivery-log rows, one
-    statement, every column an array."""
+    statement, the per-row values as arrays (as ``pg_hot.deliver`` passes them)."""
     now, k = time.time(), len(rows)
     pairs = sorted((r[0], r[4]) for r in rows)
     ids, attempts = [p[0] for p in pairs], [p[1] for p in pairs]
-    ones, zero = [1] * k, [0.0] * k
-    texts = (["delivered"] * k, ["simulated"] * k, [OWNER] * k)
+    zero = [0.0] * k
     return conn.fetch(
-        pg_hot.DELIVER_SQL, ids, attempts, now, OWNER, ones, ones, *texts, [now] * k, zero, zero
+        pg_hot.DELIVER_SQL,
+        ids,
+        attempts,
+        now,
+        OWNER,
+        OWNER,
+        ["simulated"] * k,
+        [now] * k,
+        zero,
+        zero,
     )
 
 
