@@ -269,10 +269,11 @@ class _Soon(asyncio.Handle):
 class _Timer(asyncio.TimerHandle):
     """A ``TimerHandle`` of a loop not in debug mode, made and cancelled without asyncio's
     layers for debugging (a traceback of where it was made, a repr kept when cancelled) and
-    with the same state: a plan makes and cancels some three per send, most of them after
-    they ran (the waits of ``LoopClock`` cancel their timer whichever way they end)."""
+    with the same state: a plan makes some three per send (``LoopClock.wait_for`` cancels its
+    timer whichever way the wait ends, ``LoopClock.sleep`` only when cut short)."""
 
     __slots__ = ()
+    _loop: _LeanVirtualLoop  # Handle's slot, as ``_Soon.__init__`` sets it
 
     def __init__(
         self,
@@ -282,13 +283,7 @@ class _Timer(asyncio.TimerHandle):
         loop: _LeanVirtualLoop,
         context: Context | None,
     ) -> None:
-        self._context = context if context is not None else contextvars.copy_context()
-        self._loop = loop
-        self._callback = callback
-        self._args = args
-        self._cancelled = False
-        self._repr = None
-        self._source_traceback = None
+        _Soon.__init__(self, callback, args, loop, context)  # type: ignore[arg-type]  # a Handle too
         self._when = when
         self._scheduled = True  # ``call_at`` puts it on the heap at once
 
@@ -302,7 +297,7 @@ class _Timer(asyncio.TimerHandle):
         if self._scheduled:  # ``BaseEventLoop._timer_handle_cancelled``
             self._loop._timer_cancelled_count += 1
         self._cancelled = True
-        self._callback = None  # type: ignore[assignment]  # as asyncio drops the references
+        self._callback = None  # as asyncio drops the references
         self._args = None  # type: ignore[assignment]
 
 
