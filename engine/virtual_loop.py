@@ -273,7 +273,6 @@ class _Timer(asyncio.TimerHandle):
     timer whichever way the wait ends, ``LoopClock.sleep`` only when cut short)."""
 
     __slots__ = ()
-    _loop: _LeanVirtualLoop  # Handle's slot, as ``_Soon.__init__`` sets it
 
     def __init__(
         self,
@@ -283,7 +282,16 @@ class _Timer(asyncio.TimerHandle):
         loop: _LeanVirtualLoop,
         context: Context | None,
     ) -> None:
-        _Soon.__init__(self, callback, args, loop, context)  # type: ignore[arg-type]  # a Handle too
+        # ``_Soon.__init__``'s lines, written again on purpose: run on both classes, that code's
+        # attribute stores would switch between two types and lose CPython's specialisation
+        # (measured: 2.6% more instructions per planned send).
+        self._context = context if context is not None else contextvars.copy_context()
+        self._loop = loop
+        self._callback = callback
+        self._args = args
+        self._cancelled = False
+        self._repr = None
+        self._source_traceback = None
         self._when = when
         self._scheduled = True  # ``call_at`` puts it on the heap at once
 
@@ -297,7 +305,7 @@ class _Timer(asyncio.TimerHandle):
         if self._scheduled:  # ``BaseEventLoop._timer_handle_cancelled``
             self._loop._timer_cancelled_count += 1
         self._cancelled = True
-        self._callback = None  # as asyncio drops the references
+        self._callback = None  # type: ignore[assignment]  # as asyncio drops the references
         self._args = None  # type: ignore[assignment]
 
 
