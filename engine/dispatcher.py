@@ -44,7 +44,7 @@ __all__ = ["Dispatcher", "DispatcherSettings"]
 log = logging.getLogger(__name__)
 
 _NOT_HERE = SendResult.transient("provider is not available in this worker")  # frozen: shared
-_NONE = Reservation((), 0)  # nothing reserved (a frozen value)
+_NONE = Reservation((), 0)  # nothing reserved: a value, shared, never changed
 
 
 class Dispatcher:

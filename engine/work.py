@@ -79,8 +79,7 @@ class WorkQueue:
     def full(self, settings: DispatcherSettings, concurrency: int) -> bool:
         """No key may lease now, paced or not (room is counted in parcels: whatever a key's
         parcel size, it has room exactly when a key of single sends has)."""
-        ahead = settings.batch if settings.prefetch is None else settings.prefetch  # .ahead
-        if concurrency + ahead > self._count + len(self._sending):
+        if concurrency + settings.ahead > self._count + len(self._sending):
             return False  # room for a key no limit paces (``room``'s first case), at once
         return self.room(settings, concurrency, paced=True) <= 0
 
@@ -96,13 +95,10 @@ class WorkQueue:
         time) to come free within ``token_lag_s``; else (and with no prefetch) only for the
         free ones."""
         if not paced:
-            ahead = settings.batch if settings.prefetch is None else settings.prefetch  # .ahead
-            free = concurrency + ahead - self._count - len(self._sending)
+            free = concurrency + settings.ahead - self._count - len(self._sending)
             return min(free * per, settings.batch)
         free = concurrency - len(self._sending) - self.paced
-        if (settings.batch if settings.prefetch is None else settings.prefetch) and (  # .ahead
-            self._count > self.paced and self.send_s is not None
-        ):
+        if settings.ahead and self._count > self.paced and self.send_s is not None:
             due = self._clock.monotonic() + settings.token_lag_s - self.send_s
             free += sum(1 for began, _ in self._sending.values() if began <= due)
         return min(free * per, settings.batch)
