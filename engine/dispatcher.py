@@ -5,7 +5,7 @@
    own enqueues counted in without a look).
 2. Visit them round-robin; for each reserve up to ``batch`` tokens from all its buckets.
 3. Lease at most that many; give back the tokens not used.
-4. Hand the leases to a fixed pool of delivery tasks (bounded concurrency).
+4. Hand the leases to a fixed pool of delivery tasks (bounded concurrency: engine/senders.py).
 5. With nothing to do, sleep until the next token of a key with work, a wake-up, or a poll.
 
 A provider whose circuit is open (engine/circuit.py) is skipped until its probe is due: one
@@ -17,7 +17,6 @@ the send and stop timeouts) goes through the ``Clock``: tests run all this on vi
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import random
@@ -28,13 +27,13 @@ from engine.clock import Clock
 from engine.completer import Completer
 from engine.directory import Directory
 from engine.dispatch_settings import DispatcherSettings
-from engine.domain import BucketKey, NotificationState, SendResult
+from engine.domain import NotificationState, SendResult
 from engine.due import count_in
 from engine.errors import OmniPostError
-from engine.limiter import Limiter, Reservation, take_waiting
-from engine.policy import STORE_OUTAGE, HeldBuckets, decide, round_robin
+from engine.limiter import Limiter, Reservation
+from engine.policy import STORE_OUTAGE, HeldBuckets, round_robin
 from engine.ports import DispatchStore
-from engine.providers.base import send_parcel
+from engine.senders import Senders
 from engine.store import Completion, DueKey, Leased
 from engine.telemetry import Telemetry
 from engine.work import Key, WorkQueue
@@ -75,7 +74,6 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self._due: dict[Key, DueKey] = {}
         self._keys: list[Key] | None = None  # the keys of _due with work, sorted; None: stale
-        self._starved = False  # the last round stopped for want of a free sender
         self._due_stale = True
         self._drained: set[Key] = set()  # keys whose count ran out: looked at again alone
         self._refreshed_at = -1e9
@@ -84,10 +82,8 @@ class Dispatcher:
         # reservation said, at most ``poll_s`` ahead): a round does not ask them again sooner.
         self._not_before: dict[Key, float] = {}
         self._last: Key | None = None
-        self._workers: list[asyncio.Task[None]] = []
         self._stopping = False
-        self._started = False  # delivery tasks exist only once ``run`` has started
-        self._cancelled: list[Leased] = []  # sends cut short by ``drain``; it returns them
+        self._started = False  # senders exist only once ``run`` has started
         probe_lease_s = settings.send_timeout_s + settings.lease_s
         self.circuits = Circuits(store, directory, clock, owner=owner, probe_lease_s=probe_lease_s)
         self._completer = Completer(
@@ -96,6 +92,20 @@ class Dispatcher:
             owner=owner,
             batch=settings.completion_batch,
             on_applied=self._account,
+        )
+        self._senders = Senders(
+            self._work,
+            store,
+            limiter,
+            directory,
+            self.circuits,
+            self._completer,
+            telemetry,
+            clock,
+            owner=owner,
+            settings=settings,
+            rng=self._rng,
+            wake=self._wake,
         )
         self.delivered = 0
         self.on_wait: Callable[[float], None] | None = None  # tests observe sleeps
@@ -123,24 +133,17 @@ class Dispatcher:
     def set_concurrency(self, n: int) -> None:
         if n < 1:
             raise OmniPostError("concurrency must be at least 1.")
-        self.concurrency = n
-        if self._started:
-            self._resize()
+        self.concurrency = self._senders.concurrency = n
+        if self._started and not self._stopping:
+            self._senders.resize()
         self._wake.set()
-
-    def _resize(self) -> None:
-        self._workers = [t for t in self._workers if not t.done()]
-        while len(self._workers) < self.concurrency and not self._stopping:
-            index = len(self._workers)
-            task = asyncio.create_task(self._deliver_loop(index), name=f"omnipost-deliver-{index}")
-            self._workers.append(task)
 
     # -- the loop ---------------------------------------------------------------------------
 
     async def run(self, paused: asyncio.Event) -> None:
         """Dispatch until ``stop_claiming``; waits while ``paused`` is clear."""
         self._started = True
-        self._resize()
+        self._senders.resize()
         outages = 0  # failed rounds in a row
         while not self._stopping:
             if not paused.is_set():
@@ -204,7 +207,7 @@ class Dispatcher:
         if self._keys is None:
             self._keys = sorted(k for k, d in self._due.items() if d.due > 0)
         keys = self._keys
-        self._starved = False
+        self._senders.starved = False
         held = HeldBuckets()  # found empty this round: the keys behind them wait
         order = round_robin(keys, self._last)
         index = 0
@@ -217,7 +220,7 @@ class Dispatcher:
             key = order[index]
             index += 1
             if self._work.full(self.settings, self.concurrency):
-                self._starved = True  # a send that ends wakes the loop
+                self._senders.starved = True  # a send that ends wakes the loop
                 return wait_s if not progressed else 0.0
             if not (self.circuits.all_closed or self.circuits.is_closed(key[1])):
                 blocked_s = self.circuits.blocked_for_s(key[1], now)
@@ -247,7 +250,7 @@ class Dispatcher:
         paced, per = route.paced, route.per
         room = self._work.room(self.settings, self.concurrency, paced=paced, per=per)
         if room <= 0:
-            self._starved = True
+            self._senders.starved = True
             return 0, self.settings.poll_s, _NONE
         circuits = self.circuits  # not closed: its probe is due (else the round passed it)
         probing = not (circuits.all_closed or circuits.is_closed(provider_id))
@@ -320,82 +323,6 @@ class Dispatcher:
             self.on_wait(wait_s)
         return self._clock.wait_for(self._wake, wait_s)
 
-    # -- deliveries -------------------------------------------------------------------------
-
-    async def _deliver_loop(self, index: int) -> None:
-        while index < self.concurrency:
-            entry = await self._work.get()
-            if entry is None:
-                return
-            parcel, taken_at = entry
-            try:
-                await self._deliver(parcel, taken_at)
-            except asyncio.CancelledError:
-                self._cancelled += parcel
-                raise
-            finally:
-                self._work.end(parcel[0].id)
-                if self._starved:  # a round waits for this sender
-                    self._wake.set()
-
-    async def _deliver(self, parcel: Sequence[Leased], taken_at: float) -> None:
-        """Send one parcel (one key's leases, each with its token), then settle each."""
-        first = parcel[0]
-        route = self._dir.route((first.tenant_id, first.provider_id))
-        record = route.provider if route is not None else None
-        results: Sequence[SendResult] = [_NOT_HERE] * len(parcel)
-        send_s: float | None = None
-        if route is not None:
-            tenant_name, provider_name = route.tenant.name, route.provider.name
-            messages = [item.message(tenant_name, provider_name) for item in parcel]
-            started_s = self._clock.monotonic()
-            if started_s - taken_at > self.settings.token_lag_s and route.paced:
-                # Fresh tokens (waiting if need be); the stale ones fell due long ago and are not
-                # given back: spent now, they would add sends to a window that had its share.
-                n, poll_s = len(parcel), self.settings.poll_s
-                self._telemetry.count("stale_tokens", n)
-                await take_waiting(self._limiter, route.buckets, n, self._clock, poll_s)
-                started_s = self._clock.monotonic()
-            timeout_s = self.settings.send_timeout_s
-            results = await send_parcel(route.instance, messages, self._clock, timeout_s)
-            send_s = self._clock.monotonic() - started_s
-            self._work.sent(send_s)
-            self._telemetry.observe_send(provider_name, send_s)
-        decisions, throttle_s, circuits = [], 0.0, self.circuits
-        for item, result in zip(parcel, results, strict=True):
-            decision = None
-            if not circuits.settled(item, result):  # else nothing for the circuit to do
-                probe = not circuits.is_closed(item.provider_id)
-                decision = await circuits.after_send(item, result)
-                if probe:  # the circuit may have closed: its keys are served again at once
-                    self._wake.set()
-            if decision is None:  # not held by the circuit: the retry policy decides
-                decision = decide(
-                    result,
-                    failures=item.failures,
-                    max_attempts=item.max_attempts,
-                    policy=self.settings.retry,
-                    rand=self._rng.random(),
-                )
-            decisions.append(decision)
-            if decision.throttle_s and decision.throttle_s > throttle_s:
-                throttle_s = decision.throttle_s
-        if throttle_s and record is not None:
-            # Every sender of this provider backs off, not only this notification.
-            await self._limiter.block(BucketKey.for_provider(record.name), throttle_s)
-        if throttle_s or not (circuits.all_closed or circuits.is_closed(first.provider_id)):
-            await self._give_back(self._work.take_provider(first.provider_id))
-        for item, result, decision in zip(parcel, results, decisions, strict=True):
-            self._completer.finished(item, result, decision, send_s, now=self._clock.wall())
-
-    async def _give_back(self, leases: list[Leased]) -> None:
-        """Release leases waiting for a provider that asked to wait (or whose circuit opened)."""
-        if leases:
-            try:
-                await self._store.queue.release(self.owner, leases)
-            except OmniPostError as exc:
-                log.warning("%d leases left to expire: %s", len(leases), exc.message)
-
     # -- completions ------------------------------------------------------------------------
 
     async def complete_loop(self) -> None:
@@ -422,24 +349,7 @@ class Dispatcher:
 
     async def drain(self) -> None:
         """After ``stop_claiming``: return unsent leases, let sends finish, write outcomes."""
-        unsent = self._work.take_all()
-        busy = [t for t in self._workers if not t.done()]
-        for _ in busy:
-            self._work.close_one()
-        if unsent:
-            await self._store.queue.release(self.owner, unsent)
-        if busy:
-            with contextlib.suppress(TimeoutError):
-                async with self._clock.timeout(self.settings.stop_timeout_s):
-                    await asyncio.wait(busy)
-            pending = [task for task in busy if not task.done()]
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-            # A send cut short is given back at once, unspent, rather than left 'leased' until
-            # it expires. The provider may have got it all the same: at least once.
-            if self._cancelled:
-                await self._store.queue.release(self.owner, self._cancelled)
+        await self._senders.drain()
         await self.flush()
 
     def has_pending(self) -> bool:
