@@ -167,15 +167,21 @@ class Dispatcher:
             if wait_s > 0:
                 await self._sleep(wait_s)
 
-    async def _step(self) -> float:
+    def _step(self) -> Awaitable[float]:
+        """The next round, after a look at the store when one is due. Returned, not awaited
+        here: most rounds need no look, and a plan runs about one round per send."""
         if (
             self._due_stale
             or self._clock.monotonic() - self._refreshed_at >= self.settings.poll_s
             or self._clock.wall() >= self._next_due_at
         ):
-            await self._refresh_due()
-        elif self._drained:  # only the keys whose count ran out: behind another key's deep
-            await self._refresh_due(sorted(self._drained))  # backlog a full look costs more
+            return self._look_then_round(None)
+        if self._drained:  # only the keys whose count ran out: behind another key's deep
+            return self._look_then_round(sorted(self._drained))  # backlog a full look costs more
+        return self._round()
+
+    async def _look_then_round(self, keys: list[Key] | None) -> float:
+        await self._refresh_due(keys)
         return await self._round()
 
     def stop_claiming(self) -> None:
@@ -230,13 +236,16 @@ class Dispatcher:
             got, key_wait_s, short = await self._serve(key)
             held.note(key, short)
             progressed |= got > 0
-            wait_s = min(wait_s, key_wait_s)
+            # ``min()``s and ``max()``s written out here and in ``_serve``: builtins.min
+            # parses its keyword arguments on every call, and a plan makes these per send.
+            wait_s = key_wait_s if key_wait_s < wait_s else wait_s
         # Delayed work seen by the last look; it may have fallen due while the answer came
         # back, and then the next round looks again (``_step``) rather than the next poll.
-        wait_s = min(wait_s, self._next_due_at - now)
+        due_s = self._next_due_at - now
+        wait_s = due_s if due_s < wait_s else wait_s
         if progressed:  # again at once, unless every key it could serve waits for tokens
             return 0.0 if wait_s <= 0 or self._due_stale or self._drained else wait_s
-        return max(wait_s, 0.001)
+        return wait_s if wait_s > 0.001 else 0.001
 
     async def _serve(self, key: Key) -> tuple[int, float, Reservation]:
         """Reserve and lease up to its ``_room`` for ``key``; returns how many were leased,
@@ -255,10 +264,11 @@ class Dispatcher:
         circuits = self.circuits  # not closed: its probe is due (else the round passed it)
         probing = not (circuits.all_closed or circuits.is_closed(provider_id))
         reserved_at = self._clock.monotonic()
-        asked = 1 if probing else min(room, due.due)
+        asked = 1 if probing else (room if room < due.due else due.due)
         reservation = await self._limiter.reserve(route.buckets, asked)
         if reservation.granted == 0:
-            wait_s = min(reservation.wait_s, self.settings.poll_s)
+            wait_s = reservation.wait_s
+            wait_s = wait_s if wait_s < self.settings.poll_s else self.settings.poll_s
             self._not_before[key] = self._clock.monotonic() + wait_s
             return 0, reservation.wait_s, reservation
         if probing and not await self.circuits.take_probe(provider_id):
@@ -285,7 +295,8 @@ class Dispatcher:
             parcel = leased if len(leased) == 1 else leased[first : first + per]
             self._work.put(key, parcel, taken_at, paced=paced)
         if left and reservation.granted < asked:  # its buckets ran dry: not before they refill
-            wait_s = min(reservation.wait_s, self.settings.poll_s)
+            wait_s = reservation.wait_s
+            wait_s = wait_s if wait_s < self.settings.poll_s else self.settings.poll_s
             self._not_before[key] = self._clock.monotonic() + wait_s
             return len(leased), wait_s, reservation
         return len(leased), 0.0 if left else self.settings.poll_s, reservation
@@ -334,8 +345,8 @@ class Dispatcher:
 
     def _account(self, batch: Sequence[Completion], applied: Sequence[bool]) -> None:
         requeued = False
-        for completion, ok in zip(batch, applied, strict=True):
-            if not ok:
+        for i, completion in enumerate(batch):  # one answer per completion, by index
+            if not applied[i]:
                 self._telemetry.count("takeovers")
                 continue
             self._telemetry.completed(completion, self._dir.tenants, self._dir.providers)

@@ -143,7 +143,9 @@ class HeldBuckets:
         """What held ``key``'s (tenant id, provider id) ``reservation`` short, if anything."""
         if not reservation.held_by:  # the common case: asked once per key served
             return
-        for bucket, for_s in zip(reservation.held_by, reservation.held_for_s, strict=True):
+        held_for_s = reservation.held_for_s  # as long as ``held_by``; by index: asked per send
+        for i, bucket in enumerate(reservation.held_by):
+            for_s = held_for_s[i]
             if bucket.scope is BucketScope.TENANT:
                 self._tenants[key[0]] = for_s
             elif bucket.scope is BucketScope.PROVIDER:

@@ -120,7 +120,8 @@ class TokenBucket:
         missing = n - (tokens if tokens < self._burst else self._burst)
         if missing <= EPSILON:
             return 0.0
-        return max(0.0, self._stamp - now) + missing / self._rate_per_s
+        ahead_s = self._stamp - now  # ``max(0.0, ahead_s)``, without the call
+        return (ahead_s if ahead_s > 0.0 else 0.0) + missing / self._rate_per_s
 
     def reconfigure(
         self, now: float, rate_per_s: float | None = None, burst: float | None = None

@@ -162,7 +162,10 @@ class _LeanVirtualLoop(_VirtualLoop):
             if not (ready or self._stopping):
                 if not scheduled:
                     clock.select(None)  # raises Deadlock
-                clock.now += min(max(0, scheduled[0][0] - clock.now), _MAX_SELECT_S)
+                # ``min(max(0, ahead), _MAX_SELECT_S)``, without the calls: once per iteration
+                ahead = scheduled[0][0] - clock.now
+                if ahead > 0:
+                    clock.now += ahead if ahead < _MAX_SELECT_S else _MAX_SELECT_S
             end_time = clock.now + resolution
             while scheduled:
                 if scheduled[0][0] >= end_time:

@@ -96,12 +96,12 @@ class WorkQueue:
         free ones."""
         if not paced:
             free = concurrency + settings.ahead - self._count - len(self._sending)
-            return min(free * per, settings.batch)
+            return free * per if free * per < settings.batch else settings.batch
         free = concurrency - len(self._sending) - self.paced
         if settings.ahead and self._count > self.paced and self.send_s is not None:
             due = self._clock.monotonic() + settings.token_lag_s - self.send_s
             free += sum(1 for began, _ in self._sending.values() if began <= due)
-        return min(free * per, settings.batch)
+        return free * per if free * per < settings.batch else settings.batch  # min(), no call
 
     def put(self, key: Key, leases: Sequence[Leased], taken_at: float, *, paced: bool) -> None:
         """``leases`` of ``key`` (their tokens taken at ``taken_at``), as one parcel."""

@@ -116,7 +116,8 @@ class SimulatedProvider:
     @property
     def max_latency_s(self) -> float:
         """The longest a send can take: ``send_within`` need not time it."""
-        return max(0.0, self.latency_ms + self.latency_jitter_ms) / 1000.0
+        most_ms = self.latency_ms + self.latency_jitter_ms  # asked per send: max() written out
+        return (most_ms if most_ms > 0.0 else 0.0) / 1000.0
 
     def draw_latency_s(self) -> float:
         """One latency in seconds: uniform over ``latency_ms ± latency_jitter_ms``, at least 0."""
@@ -125,7 +126,7 @@ class SimulatedProvider:
         drawn = self.latency_ms + (
             -jitter + (jitter + jitter) * self._rng.random() if jitter else 0.0
         )
-        return max(0.0, drawn) / 1000.0
+        return (drawn if drawn > 0.0 else 0.0) / 1000.0
 
     def draw_result(self) -> SendResult:
         """One outcome, from a single uniform draw split by the configured rates."""
