@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from engine.clock import Clock
 from engine.domain import BucketKey, BucketLevel, Limit
@@ -16,8 +17,18 @@ from engine.ratelimit import TokenBucket
 
 __all__ = ["LocalLimiter"]
 
-# Per tuple of keys: the keys without repeats, their configured buckets, the full grants.
-_Plan = tuple[tuple[BucketKey, ...], list[tuple[BucketKey, TokenBucket]], dict[int, Reservation]]
+# Per tuple of keys: the keys without repeats, their configured buckets, the full grants, and
+# the tuples of buckets that held a grant short, by which of them (a bit per bucket; negative
+# for blocked ones): the same tuple each time, so that ``count_short`` counts by identity.
+_Plan = tuple[
+    tuple[BucketKey, ...],
+    list[tuple[BucketKey, TokenBucket]],
+    dict[int, Reservation],
+    dict[int, tuple[BucketKey, ...]],
+]
+# Per tuple of buckets that held grants short (by identity): the first key asked, the tuple
+# (kept: its id is not reused) and how often.
+ShortCount = list[Any]
 _MAX_PLANS = 4096  # tuples of keys remembered; more are forgotten all at once
 
 
@@ -28,11 +39,13 @@ class LocalLimiter:
     until its block ends; a blocked bucket is held empty until then and refills from there.
     """
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, *, count_short: bool = False) -> None:
         self._clock = clock
         self._buckets: dict[BucketKey, TokenBucket] = {}
         self._blocked_until: dict[BucketKey, float] = {}
         self._plans: dict[int, tuple[tuple[BucketKey, ...], _Plan]] = {}  # see ``_plan``
+        # With ``count_short``: how often each set of buckets held a grant short (``shorts``).
+        self._short: dict[int, ShortCount] | None = {} if count_short else None
 
     def configure_at(self, now: float, key: BucketKey, limit: Limit | None) -> None:
         """Remove (None), change live (level kept, clamped to the new burst) or add (full)."""
@@ -48,7 +61,7 @@ class LocalLimiter:
     def reserve_at(self, now: float, keys: Sequence[BucketKey], n: int) -> Reservation:
         """Grant ``min(n, whole tokens in every configured bucket)``, 0 if any key is blocked,
         and debit that from each configured bucket. See ``Reservation`` for ``wait_s``."""
-        unique, configured, full = self._plan(keys)
+        unique, configured, full, held_sets = self._plan(keys)
         if n <= 0:
             return Reservation(unique, 0)
         blocked: tuple[BucketKey, ...] = ()
@@ -74,19 +87,30 @@ class LocalLimiter:
         # Short: until every bucket has a token again, and which held it (the blocked ones,
         # else the emptiest: no more whole tokens than were granted).
         wait_s = blocked_s
-        held_by: list[BucketKey] = []
+        which = 0  # a bit per configured bucket that held it
         held_for_s: list[float] = []
-        for i, (key, bucket) in enumerate(configured):  # by index: zip's strict= costs a parse
+        for i, (_, bucket) in enumerate(configured):  # by index: zip's strict= costs a parse
             tokens = levels[i]
             refill_s = bucket.wait_s(now, 1.0)
             wait_s = refill_s if refill_s > wait_s else wait_s  # max(), without the call
             if tokens == granted and not blocked:
-                held_by.append(key)
+                which |= 1 << i
                 held_for_s.append(refill_s)
         if blocked:
-            held_by = list(blocked)
+            which = ~sum(1 << i for i, key in enumerate(unique) if key in blocked)
             held_for_s = [self._blocked_for(now, key) for key in blocked]
-        return Reservation(unique, granted, wait_s, tuple(held_by), tuple(held_for_s))
+        held_by = held_sets.get(which) or _held_set(held_sets, which, configured, blocked)
+        if self._short is not None:
+            _count_short(self._short, unique, held_by)
+        return Reservation(unique, granted, wait_s, held_by, tuple(held_for_s))
+
+    def shorts(self) -> dict[tuple[BucketKey, tuple[BucketKey, ...]], int]:
+        """With ``count_short``: how many grants each set of buckets held short, by the first
+        key asked (for a send, its tenant's: ``BucketKey.for_send``) and that set."""
+        counts: dict[tuple[BucketKey, tuple[BucketKey, ...]], int] = {}
+        for first, held_by, n in (self._short or {}).values():
+            counts[first, held_by] = counts.get((first, held_by), 0) + n
+        return counts
 
     def _plan(self, keys: Sequence[BucketKey]) -> _Plan:
         """``keys`` without repeats, their configured buckets (in that order), and the full
@@ -108,7 +132,7 @@ class LocalLimiter:
     def _work_out(self, keys: Sequence[BucketKey]) -> _Plan:
         unique = tuple(dict.fromkeys(keys))  # a key named twice is still one bucket
         configured = [(key, self._buckets[key]) for key in unique if key in self._buckets]
-        return unique, configured, {}
+        return unique, configured, {}, {}
 
     def refund_at(self, now: float, reservation: Reservation, n: int) -> None:
         """Give back up to ``reservation.granted`` tokens to each of its configured buckets,
@@ -188,3 +212,25 @@ class LocalLimiter:
             f"{key} {until - now:.1f}s" for key, until in self._blocked_until.items() if until > now
         )
         return f"<LocalLimiter buckets [{levels}] blocked [{blocked}]>"
+
+
+def _count_short(
+    short: dict[int, ShortCount], keys: tuple[BucketKey, ...], held_by: tuple[BucketKey, ...]
+) -> None:
+    seen = short.get(id(held_by))  # the plan's own tuple: see ``_Plan``
+    if seen is None:
+        short[id(held_by)] = [keys[0], held_by, 1]
+    else:
+        seen[2] += 1
+
+
+def _held_set(
+    held_sets: dict[int, tuple[BucketKey, ...]],
+    which: int,
+    configured: list[tuple[BucketKey, TokenBucket]],
+    blocked: tuple[BucketKey, ...],
+) -> tuple[BucketKey, ...]:
+    """The tuple of buckets that ``which`` names (see ``_Plan``), made once and kept."""
+    held = blocked or tuple(key for i, (key, _) in enumerate(configured) if which >> i & 1)
+    held_sets[which] = held
+    return held

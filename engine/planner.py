@@ -27,7 +27,6 @@ from engine.directory import Directory
 from engine.dispatcher import Dispatcher, DispatcherSettings
 from engine.domain import BucketKey, BucketScope, Limit
 from engine.errors import ConfigError, NotFound
-from engine.limiter import Reservation
 from engine.local_limiter import LocalLimiter
 from engine.plan_model import LimitChange, PlanResult, ProviderModel, ProviderPlan, TenantPlan
 from engine.plan_store import MemoryConfig, PlanLedger, PlanStore
@@ -126,30 +125,17 @@ class PlanSetup:
         )
 
 
-class PacingLimiter(LocalLimiter):
-    """A ``LocalLimiter`` that also counts which buckets held each reservation short, per
-    tenant; ``held_by`` then names, per tenant, the one that held it most often (of several
-    empty at once, the slowest to refill)."""
-
-    def __init__(self, clock: Clock) -> None:
-        super().__init__(clock)
-        self._short: dict[tuple[str, tuple[BucketKey, ...]], int] = {}
-
-    def reserve_at(self, now: float, keys: Sequence[BucketKey], n: int) -> Reservation:
-        got = super().reserve_at(now, keys, n)
-        if got.held_by:
-            seen = (got.keys[0].tenant, got.held_by)  # for_send puts the tenant's key first
-            self._short[seen] = self._short.get(seen, 0) + 1
-        return got
-
-    def held_by(self, limits: Mapping[BucketKey, Limit]) -> dict[str, dict[str, int]]:
-        """Per tenant name, how often each bucket (by name) held its reservations short."""
-        found: dict[str, dict[str, int]] = {}
-        for (tenant, held), count in self._short.items():
-            slowest = min(held, key=lambda key: _rate(limits, key))
-            counts = found.setdefault(tenant, {})
-            counts[str(slowest)] = counts.get(str(slowest), 0) + count
-        return found
+def _held_by(limiter: LocalLimiter, limits: Mapping[BucketKey, Limit]) -> dict[str, dict[str, int]]:
+    """Per tenant name, how often each bucket (by name) held its reservations short (of
+    several empty at once, the slowest to refill), from a limiter made with ``count_short``."""
+    found: dict[str, dict[str, int]] = {}
+    for (first, held), count in limiter.shorts().items():
+        if not held:
+            continue
+        slowest = min(held, key=lambda key: _rate(limits, key))
+        counts = found.setdefault(first.tenant, {})  # ``for_send`` puts the tenant's key first
+        counts[str(slowest)] = counts.get(str(slowest), 0) + count
+    return found
 
 
 class _Untallied(Telemetry):
@@ -195,7 +181,7 @@ async def _simulate(
     ledger = PlanLedger()
     config = MemoryConfig(setup.tenants, setup.providers, setup.pairs)
     store = PlanStore(config, ledger, max_attempts=setup.max_attempts)
-    limiter = PacingLimiter(clock)
+    limiter = LocalLimiter(clock, count_short=True)  # which buckets paced each tenant
     kinds = {p.kind for p in setup.providers}
     factory = _simulated(setup.models, clock, seed)
     directory = Directory(store, limiter, dict.fromkeys(kinds, factory))
@@ -233,7 +219,7 @@ async def _simulate(
         task.cancel()
     await asyncio.gather(*side, return_exceptions=True)
     await directory.aclose()
-    return ledger, limiter.held_by(directory.limits), end_s
+    return ledger, _held_by(limiter, directory.limits), end_s
 
 
 def _simulated(models: Mapping[str, ProviderModel], clock: Clock, seed: int) -> ProviderFactory:

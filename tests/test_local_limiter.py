@@ -249,3 +249,29 @@ def test_a_reservation_at_the_instant_a_token_falls_due_is_granted() -> None:
         now += 0.0002
         granted += limiter.reserve_at(now, SEND, 1).granted
     assert math.floor(1000.0 * now + 1e-6) <= granted <= 1.0 + 1000.0 * now
+
+
+def test_count_short_counts_which_buckets_held_each_grant_short() -> None:
+    limiter = LocalLimiter(FakeClock(), count_short=True)
+    limiter.configure_at(0.0, TENANT, Limit(1.0, 1.0))
+    limiter.configure_at(0.0, PROVIDER, Limit(10.0, 3.0))
+    other = BucketKey.for_send("globex", "mailgun")
+    rows = [  # (now, keys, n, granted, held by)
+        (0.0, SEND, 2, 1, (TENANT,)),  # the tenant's one token: short by the tenant
+        (0.0, other, 5, 2, (PROVIDER,)),  # the provider's two left
+        (0.0, SEND, 1, 0, (TENANT, PROVIDER)),  # both empty
+        (0.1, SEND, 1, 0, (TENANT,)),  # the provider refilled one, the tenant none
+        (0.2, other, 1, 1, ()),  # granted in full: not counted
+    ]
+    for now, keys, n, granted, held_by in rows:
+        got = limiter.reserve_at(now, keys, n)
+        assert (got.granted, got.held_by) == (granted, held_by)
+    limiter.block_at(0.2, PROVIDER, 1.0)
+    assert limiter.reserve_at(0.3, SEND, 1).held_by == (PROVIDER,)
+    assert limiter.shorts() == {
+        (TENANT, (TENANT,)): 2,
+        (other[0], (PROVIDER,)): 1,
+        (TENANT, (TENANT, PROVIDER)): 1,
+        (TENANT, (PROVIDER,)): 1,  # the block, held by the provider for the tenant's send
+    }
+    assert LocalLimiter(FakeClock()).shorts() == {}  # not counted unless asked
