@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 from collections.abc import Callable, Sequence
 
 from engine.clock import Clock
@@ -24,6 +25,7 @@ __all__ = ["Completer"]
 log = logging.getLogger(__name__)
 
 _GATHER_S = 0.005  # a few more sends may finish meanwhile, to be written together
+_LEASE_ID = operator.attrgetter("leased.id")  # batches are written in id order
 
 Applied = Callable[[Sequence[Completion], Sequence[bool]], None]
 
@@ -49,7 +51,7 @@ class Completer:
         self._on_applied = on_applied
         self._done: list[Completion] = []
         self._ready = asyncio.Event()
-        self._flushing = asyncio.Lock()  # ``run`` and ``drain`` both flush
+        self._flushing: asyncio.Future[None] | None = None  # the flush under way; see ``flush``
 
     def __len__(self) -> int:
         return len(self._done)
@@ -99,16 +101,26 @@ class Completer:
 
     async def flush(self) -> None:
         # One flush at a time: two would write the same batch twice, the second refused
-        # row by row and counted as takeovers, and each would then drop a batch.
-        async with self._flushing:
+        # row by row and counted as takeovers, and each would then drop a batch. ``run`` and
+        # ``drain`` both flush; a second waits for the first to end (shielded: a waiter that
+        # is cancelled must not cancel the flush under way), then flushes what is left. A
+        # future rather than an ``asyncio.Lock``: a plan flushes about once per two sends,
+        # and the lock's layers of calls cost more than the flush of one.
+        while self._flushing is not None:
+            await asyncio.shield(self._flushing)
+        self._flushing = flushing = asyncio.get_running_loop().create_future()
+        try:
             while self._done:
                 batch = self._done[: self._batch]
                 if len(batch) > 1:
-                    batch.sort(key=lambda c: c.leased.id)
+                    batch.sort(key=_LEASE_ID)
                 applied = await self._queue.complete(batch, worker=self.owner)
                 del self._done[: len(batch)]
                 self._on_applied(batch, applied)
             self._ready.clear()
+        finally:
+            self._flushing = None
+            flushing.set_result(None)
 
     def __repr__(self) -> str:
         return f"Completer(owner={self.owner!r}, pending={len(self._done)})"
