@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCMSIV
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from engine.errors import ConfigError, OmniPostError
+from engine.errors import ConfigError, SecretUnreadable
 from engine.present import masked_secrets
 
 __all__ = ["SecretBox", "mask", "mask_mapping"]
@@ -105,7 +105,7 @@ class SecretBox:
         return base64.urlsafe_b64encode(key.header + nonce + sealed).decode("ascii")
 
     def decrypt(self, token: str) -> str:
-        """Raises ``OmniPostError`` when no configured key opens ``token``."""
+        """Raises ``SecretUnreadable`` when no configured key opens ``token``."""
         try:
             raw = base64.urlsafe_b64decode(token)
         except (binascii.Error, ValueError) as exc:  # not base64, or not ASCII
@@ -151,8 +151,8 @@ class SecretBox:
         return f"SecretBox(keys={self._count}{source})"
 
 
-def _undecryptable() -> OmniPostError:
-    return OmniPostError(
+def _undecryptable() -> SecretUnreadable:
+    return SecretUnreadable(
         "a stored secret cannot be decrypted with the configured keys; "
         "check OMNIPOST_KEYS or the key file."
     )

@@ -29,7 +29,7 @@ from engine.directory import Directory
 from engine.dispatch_settings import DispatcherSettings
 from engine.domain import NotificationState, SendResult
 from engine.due import count_in
-from engine.errors import OmniPostError
+from engine.errors import OmniPostError, SecretUnreadable
 from engine.limiter import Limiter, Reservation
 from engine.policy import STORE_OUTAGE, HeldBuckets, round_robin
 from engine.ports import DispatchStore
@@ -154,6 +154,11 @@ class Dispatcher:
             self._wake.clear()
             try:
                 wait_s = await self._step()
+            except SecretUnreadable:
+                # Not an outage: the keys are wrong (a wrong key file, a key dropped too soon)
+                # and trying again will not help. The engine stops and says so; what this
+                # claim leased goes back when its lease ends, for a worker with the right keys.
+                raise
             except OmniPostError as exc:
                 # The store already retried; it is down for longer. Keep trying, slower, and
                 # say so: sends under way finish, their outcomes wait in memory meanwhile.

@@ -198,9 +198,12 @@ class Engine(ConfigApi, NotificationsApi, RetentionApi, KeysApi, HealthApi, Plan
         exc = task.exception()
         if exc is None:  # a side task with nothing to do (LISTEN on SQLite) just ends
             return
-        reason = exc.message if isinstance(exc, OmniPostError) else repr(exc)
-        self.failure = f"{task.get_name()} stopped: {reason}"
-        log.error("engine failing: %s", self.failure, exc_info=exc)
+        if isinstance(exc, OmniPostError):  # a sentence for a person: whoever runs the
+            self.failure = f"{task.get_name()} stopped: {exc.message}"  # engine shows it
+            log.info("engine failing: %s", self.failure)
+        else:  # a bug: its traceback goes to the log
+            self.failure = f"{task.get_name()} stopped: {exc!r}"
+            log.error("engine failing: %s", self.failure, exc_info=exc)
         self.state = EngineState.FAILED
         self._keep(asyncio.ensure_future(self.stop()))
 

@@ -11,6 +11,7 @@ __all__ = [
     "Conflict",
     "NotFound",
     "OmniPostError",
+    "SecretUnreadable",
     "StoreError",
     "StoreUnavailable",
 ]
@@ -37,6 +38,10 @@ class NotFound(OmniPostError, LookupError):
 
 class Conflict(OmniPostError):
     """That item already exists."""
+
+
+class SecretUnreadable(OmniPostError):
+    """A stored secret cannot be decrypted with the configured keys."""
 
 
 class StoreError(OmniPostError):

@@ -27,7 +27,7 @@ from app.cli import main
 from engine import SecretBox
 from engine.store import normalize_url
 from engine.store.schema import metadata
-from tests.cli_support import Cli, assert_one_sentence, clean_env
+from tests.cli_support import Cli, assert_one_sentence, clean_env, run_process
 from tests.conftest import BACKENDS, drop_pg_database, make_pg_database
 
 SECRET = "hook-signing-s3cret"
@@ -559,6 +559,42 @@ def test_no_traceback_at_the_process_level(tmp_path: Path) -> None:
         assert_one_sentence(err)
         assert "Traceback" not in out
     assert dump(url) == before
+
+
+def test_a_worker_whose_keys_cannot_open_the_recipients_stops_and_gives_them_back(
+    tmp_path: Path,
+) -> None:
+    """No provider has a secret, so the worker starts; its first claim cannot read the
+    recipients. It exits 1 with one sentence (it used to pause and retry for ever), and the
+    notification is queued again at once, for a worker with the right keys to deliver."""
+    url = f"sqlite:///{tmp_path / 'omnipost.db'}"
+    right = SecretBox.generate_key()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OMNIPOST_HOME", str(tmp_path))
+        mp.setenv("OMNIPOST_DB", url)
+        mp.setenv("OMNIPOST_KEYS", right)
+        for argv in (
+            ["migrate"],
+            ["tenant", "add", "acme"],
+            ["provider", "add", "sim", "--kind", "simulated"],
+            ["enqueue", "acme", "sim", "someone@example.com"],
+        ):
+            _run_main(argv)
+    worker = ["worker", "--until-empty", "--quiet"]
+    wrong = run_process(
+        worker, clean_env(tmp_path, OMNIPOST_DB=url, OMNIPOST_KEYS=SecretBox.generate_key())
+    )
+    assert wrong.code == 1, wrong.err
+    assert_one_sentence(wrong.err)
+    assert "cannot be decrypted" in wrong.err and "OMNIPOST_KEYS" in wrong.err
+    with sqlite3.connect(tmp_path / "omnipost.db") as db:
+        assert db.execute("SELECT state, lease_owner FROM notifications").fetchall() == [
+            ("queued", None)
+        ]
+    fine = run_process(worker, clean_env(tmp_path, OMNIPOST_DB=url, OMNIPOST_KEYS=right))
+    assert fine.code == 0, fine.err
+    with sqlite3.connect(tmp_path / "omnipost.db") as db:
+        assert db.execute("SELECT state FROM notifications").fetchall() == [("delivered",)]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="X11/Wayland check is Linux's")

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.domain import NotificationState, Outcome
+from engine.errors import SecretUnreadable
 from engine.store import pg_hot, sqlite_hot
 from engine.store.database import picked_once
 from engine.store.notify import CHANNEL
@@ -119,23 +120,29 @@ class QueueRepo(QueueReads):
                 lane="claim",  # one claim at a time per dispatcher: a connection of its own
             )
         decrypt, loads = self._box.decrypt, json.loads
-        leased = [
-            Leased(  # by position, as the fields go: made per row
-                i,
-                tenant_id,
-                provider_id,
-                decrypt(recipient),
-                loads(payload),
-                key,
-                attempt,
-                failures,
-                max_attempts,
-                enqueued_at,
-                owner,
-                expires,
-            )
-            for i, recipient, payload, key, attempt, failures, max_attempts, enqueued_at in rows
-        ]
+        try:
+            leased = [
+                Leased(  # by position, as the fields go: made per row
+                    i,
+                    tenant_id,
+                    provider_id,
+                    decrypt(recipient),
+                    loads(payload),
+                    key,
+                    attempt,
+                    failures,
+                    max_attempts,
+                    enqueued_at,
+                    owner,
+                    expires,
+                )
+                for i, recipient, payload, key, attempt, failures, max_attempts, enqueued_at in rows
+            ]
+        except SecretUnreadable:
+            # The keys are wrong: nothing can be sent. The rows go back at once, unspent, for a
+            # worker with the right keys, rather than wait out their lease.
+            await self.release(owner, [_unread(row, tenant_id, provider_id, owner) for row in rows])
+            raise
         leased.sort(key=lambda item: item.id)
         return leased
 
@@ -381,3 +388,12 @@ def _results(
         results.append(EnqueueResult(ids[key], key, duplicate=key not in fresh))
         fresh.discard(key)
     return results
+
+
+def _unread(row: Any, tenant_id: int, provider_id: int, owner: str) -> Leased:
+    """A claimed row as a lease to give back, its recipient left sealed (not needed)."""
+    i, _, _, key, attempt, failures, max_attempts, enqueued_at = row
+    return Leased(
+        *(i, tenant_id, provider_id, "", {}, key),
+        *(attempt, failures, max_attempts, enqueued_at, owner, 0.0),
+    )
