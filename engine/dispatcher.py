@@ -27,7 +27,7 @@ from engine.clock import Clock
 from engine.completer import Completer
 from engine.directory import Directory
 from engine.dispatch_settings import DispatcherSettings
-from engine.domain import NotificationState, SendResult
+from engine.domain import NotificationState
 from engine.due import count_in
 from engine.errors import OmniPostError, SecretUnreadable
 from engine.limiter import Limiter, Reservation
@@ -42,7 +42,6 @@ __all__ = ["Dispatcher", "DispatcherSettings"]
 
 log = logging.getLogger(__name__)
 
-_NOT_HERE = SendResult.transient("provider is not available in this worker")  # frozen: shared
 _NONE = Reservation((), 0)  # nothing reserved: a value, shared, never changed
 
 
@@ -156,8 +155,8 @@ class Dispatcher:
                 wait_s = await self._step()
             except SecretUnreadable:
                 # Not an outage: the keys are wrong (a wrong key file, a key dropped too soon)
-                # and trying again will not help. The engine stops and says so; what this
-                # claim leased goes back when its lease ends, for a worker with the right keys.
+                # and trying again will not help. The engine stops and says so; the claim has
+                # given back what it leased, for a worker with the right keys.
                 raise
             except OmniPostError as exc:
                 # The store already retried; it is down for longer. Keep trying, slower, and
