@@ -73,6 +73,7 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self._due: dict[Key, DueKey] = {}
         self._keys: list[Key] | None = None  # the keys of _due with work, sorted; None: stale
+        self._providers: frozenset[int] = frozenset()  # the providers of ``_keys``
         self._due_stale = True
         self._drained: set[Key] = set()  # keys whose count ran out: looked at again alone
         self._refreshed_at = -1e9
@@ -216,9 +217,10 @@ class Dispatcher:
         progressed = False
         if self._keys is None:
             self._keys = sorted(k for k, d in self._due.items() if d.due > 0)
+            self._providers = frozenset(k[1] for k in self._keys)
         keys = self._keys
         self._senders.starved = False
-        held = HeldBuckets()  # found empty this round: the keys behind them wait
+        held = HeldBuckets(self._providers)  # found empty this round: the keys behind wait
         order = round_robin(keys, self._last)
         index = 0
         while True:

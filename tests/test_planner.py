@@ -240,6 +240,35 @@ def test_a_shared_provider_bucket_paces_every_tenant_behind_it() -> None:
     assert min(drains) > 0.9 * max(drains)
 
 
+def test_keys_behind_an_empty_provider_bucket_wait_for_its_refill(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Tenants of different rates behind one provider's bucket, which holds them all: a round
+    that finds it empty sleeps until it refills, not until some tenant's own bucket would
+    (asked then, the provider's would still be empty). About one round, so one sleep, per
+    send; a round woken early is wasted work for a worker and for a plan alike."""
+    from engine.dispatcher import Dispatcher
+
+    sleeps: list[float] = []
+    real_sleep = Dispatcher._sleep
+
+    def counted(self: Dispatcher, wait_s: float) -> object:
+        sleeps.append(wait_s)
+        return real_sleep(self, wait_s)
+
+    monkeypatch.setattr(Dispatcher, "_sleep", counted)
+    rates: dict[str, Limit | None] = {f"t{r}": Limit(float(r), 10.0) for r in range(2, 21)}
+    model = ProviderModel(latency_ms=20.0, jitter_ms=10.0, seed=1)
+    setup = _setup(rates, provider=Limit(150.0, 50.0), model=model)
+    plan = run_plan(setup, _spike(setup, 60))
+    [sms] = plan.providers
+    assert sms.sends == 19 * 60 and plan.unfinished == 0
+    assert len(sleeps) <= 1.02 * sms.sends, (
+        len(sleeps),
+        sms.sends,
+    )  # 1.07 when it woke for a tenant
+
+
 def test_without_limits_the_senders_set_the_pace() -> None:
     setup = _setup({"a": None}, model=ProviderModel(latency_ms=100.0), concurrency=4)
     plan = run_plan(setup, _spike(setup, 40))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engine.domain import NotificationState, SendResult
 from engine.policy import (
@@ -13,6 +15,7 @@ from engine.policy import (
     WRITE_RETRY,
     Backoff,
     Decision,
+    HeldBuckets,
     RetryPolicy,
     decide,
     round_robin,
@@ -283,3 +286,198 @@ def test_held_buckets_hold_the_keys_behind_them_until_the_soonest_refill() -> No
     assert held.for_s((2, 8)) is None  # nothing of theirs was found empty
     held.note((3, 9), Reservation(keys, 2, 0.1, (BucketKey.for_pair("x", "y"),), (0.1,)))
     assert held.for_s((3, 9)) == 0.1 and held.for_s((3, 8)) is None
+
+
+def _held(
+    providers: frozenset[int], notes: list[tuple[tuple[int, int], str, float]]
+) -> HeldBuckets:
+    """A round's ``HeldBuckets`` after reservations held short by the named buckets:
+    ``(key, "tenant" | "provider" | "pair", refill_s)``."""
+    from engine import BucketKey, Reservation
+
+    held = HeldBuckets(providers)
+    for key, scope, refill_s in notes:
+        tenant, provider = f"t{key[0]}", f"p{key[1]}"
+        bucket = {
+            "tenant": BucketKey.for_tenant(tenant),
+            "provider": BucketKey.for_provider(provider),
+            "pair": BucketKey.for_pair(tenant, provider),
+        }[scope]
+        held.note(
+            key,
+            Reservation(BucketKey.for_send(tenant, provider), 0, refill_s, (bucket,), (refill_s,)),
+        )
+    return held
+
+
+NOW = 100.0
+KEYS = [(1, 7), (2, 7), (3, 7), (4, 8)]
+
+# (providers of the round, buckets found empty, not_before of keys, start, wait_s so far,
+#  (first key to ask, wait_s))
+SKIPS: dict[
+    str,
+    tuple[
+        frozenset[int],
+        list[tuple[tuple[int, int], str, float]],
+        dict[tuple[int, int], float],
+        int,
+        float,
+        tuple[int, float],
+    ],
+] = {
+    "nothing held, nothing known: the first key": (frozenset({7, 8}), [], {}, 0, 5.0, (0, 5.0)),
+    "a key that grants nothing yet is passed over": (
+        frozenset({7, 8}),
+        [],
+        {(1, 7): NOW + 0.3},
+        0,
+        5.0,
+        (1, 0.3),
+    ),
+    "a not_before that has passed does not hold": (
+        frozenset({7, 8}),
+        [],
+        {(1, 7): NOW - 1.0},
+        0,
+        5.0,
+        (0, 5.0),
+    ),
+    "behind a held provider: its refill": (
+        frozenset({7, 8}),
+        [((1, 7), "provider", 0.2)],
+        {},
+        1,
+        5.0,
+        (3, 0.2),
+    ),
+    "behind a held provider, granting earlier: still the refill": (
+        frozenset({7, 8}),
+        [((1, 7), "provider", 0.2)],
+        {(2, 7): NOW + 0.05},
+        1,
+        5.0,
+        (3, 0.2),
+    ),
+    "behind a held provider, granting later: its own time": (
+        frozenset({7, 8}),
+        [((1, 7), "provider", 0.2)],
+        {(2, 7): NOW + 0.5, (3, 7): NOW + 0.4},
+        1,
+        5.0,
+        (3, 0.4),
+    ),
+    "behind a held tenant through another provider": (
+        frozenset({7, 8}),
+        [((4, 7), "tenant", 0.3)],
+        {},
+        3,
+        5.0,
+        (4, 0.3),
+    ),
+    "every provider held: none of the rest is asked": (
+        frozenset({7, 8}),
+        [((1, 7), "provider", 0.2), ((4, 8), "provider", 0.1)],
+        {(2, 7): NOW + 0.5, (3, 7): NOW + 0.4},
+        1,
+        5.0,
+        (4, 0.1),  # (4, 8), behind provider 8
+    ),
+    "every provider held, a sooner wait already: kept": (
+        frozenset({7, 8}),
+        [((1, 7), "provider", 0.2), ((4, 8), "provider", 0.1)],
+        {},
+        1,
+        0.05,
+        (4, 0.05),
+    ),
+    "every provider held, each key later than its refill: the soonest key": (
+        frozenset({7}),
+        [((1, 7), "provider", 0.2)],
+        {(2, 7): NOW + 0.6, (3, 7): NOW + 0.45},
+        1,
+        5.0,
+        (3, 0.45),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(SKIPS))
+def test_held_buckets_skip(case: str) -> None:
+    providers, notes, not_before, start, wait_s, expected = SKIPS[case]
+    held = _held(providers, notes)
+    keys = KEYS if providers != frozenset({7}) else KEYS[:3]
+    index, soonest_s = held.skip(keys, start, not_before, NOW, wait_s)
+    assert index == expected[0]
+    assert soonest_s == pytest.approx(expected[1])
+
+
+def _skip_by_the_rule(
+    held: HeldBuckets,
+    keys: list[tuple[int, int]],
+    start: int,
+    not_before: dict[tuple[int, int], float],
+    wait_s: float,
+) -> tuple[int, float]:
+    """``skip`` as its docstring states it, key by key."""
+    for index in range(start, len(keys)):
+        key = keys[index]
+        until_s = not_before[key] - NOW if not_before.get(key, NOW) > NOW else None
+        for_s = held.for_s(key)
+        if for_s is None and until_s is None:
+            return index, wait_s
+        soonest = max(s for s in (until_s, for_s) if s is not None)
+        wait_s = min(wait_s, soonest)
+    return len(keys), wait_s
+
+
+_KEY = st.tuples(st.integers(1, 4), st.integers(7, 8))
+_SECONDS = st.floats(0.001, 2.0)
+
+
+@given(
+    keys=st.lists(_KEY, min_size=1, max_size=8, unique=True),
+    notes=st.lists(st.tuples(_KEY, st.sampled_from(["tenant", "provider", "pair"]), _SECONDS)),
+    offsets=st.dictionaries(_KEY, st.floats(-1.0, 2.0)),
+    start=st.integers(0, 8),
+    wait_s=_SECONDS,
+)
+def test_held_buckets_skip_follows_its_rule(
+    keys: list[tuple[int, int]],
+    notes: list[tuple[tuple[int, int], str, float]],
+    offsets: dict[tuple[int, int], float],
+    start: int,
+    wait_s: float,
+) -> None:
+    """Whichever way ``skip`` goes (key by key, or past every key once all the round's
+    providers are held), its answer is the rule's."""
+    keys = sorted(keys)
+    start = min(start, len(keys))
+    held = _held(frozenset(k[1] for k in keys), notes)
+    not_before = {key: NOW + offset for key, offset in offsets.items()}
+    expected = _skip_by_the_rule(held, keys, start, not_before, wait_s)
+    assert held.skip(keys, start, not_before, NOW, wait_s) == expected
+
+
+@given(
+    keys=st.lists(_KEY, min_size=1, max_size=8, unique=True),
+    refills=st.dictionaries(st.integers(7, 8), _SECONDS, min_size=1),
+    offsets=st.dictionaries(_KEY, st.floats(-1.0, 2.0)),
+    start=st.integers(0, 8),
+    wait_s=_SECONDS,
+)
+def test_held_buckets_skip_past_held_providers_follows_its_rule(
+    keys: list[tuple[int, int]],
+    refills: dict[int, float],
+    offsets: dict[tuple[int, int], float],
+    start: int,
+    wait_s: float,
+) -> None:
+    """Only providers' buckets held, often all of the round's: the way past every key."""
+    keys = sorted(keys)
+    start = min(start, len(keys))
+    notes = [((1, provider), "provider", refill_s) for provider, refill_s in refills.items()]
+    held = _held(frozenset(k[1] for k in keys), notes)
+    not_before = {key: NOW + offset for key, offset in offsets.items()}
+    expected = _skip_by_the_rule(held, keys, start, not_before, wait_s)
+    assert held.skip(keys, start, not_before, NOW, wait_s) == expected
