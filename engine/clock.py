@@ -18,7 +18,13 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from typing import Protocol
 
-__all__ = ["Clock", "FakeClock", "SystemClock"]
+__all__ = ["Clock", "FakeClock", "Scheduled", "SystemClock"]
+
+
+class Scheduled(Protocol):
+    """A callback ``Clock.later`` will call; ``cancel`` stops it (nothing when it has run)."""
+
+    def cancel(self) -> None: ...
 
 
 class Clock(Protocol):
@@ -44,6 +50,11 @@ class Clock(Protocol):
         than ``s`` on this clock, as ``asyncio.timeout`` does."""
         ...
 
+    def later(self, seconds: float, callback: Callable[[], object]) -> Scheduled:
+        """Call ``callback()`` from the running event loop after ``seconds`` on this clock, as
+        ``loop.call_later`` does (a task need not wake to start the wait)."""
+        ...
+
 
 class SystemClock:
     def monotonic(self) -> float:
@@ -60,6 +71,9 @@ class SystemClock:
 
     def timeout(self, seconds: float) -> AbstractAsyncContextManager[object]:
         return asyncio.timeout(seconds)
+
+    def later(self, seconds: float, callback: Callable[[], object]) -> Scheduled:
+        return asyncio.get_running_loop().call_later(max(0.0, seconds), callback)
 
     def __repr__(self) -> str:
         return "SystemClock()"
@@ -79,9 +93,9 @@ class _Timer:
 
     __slots__ = ("callback", "deadline")
 
-    def __init__(self, deadline: float, callback: Callable[[], None]) -> None:
+    def __init__(self, deadline: float, callback: Callable[[], object]) -> None:
         self.deadline = deadline
-        self.callback: Callable[[], None] | None = callback
+        self.callback: Callable[[], object] | None = callback
 
     def cancel(self) -> None:
         self.callback = None
@@ -160,6 +174,10 @@ class FakeClock:
     def timeout(self, seconds: float) -> AbstractAsyncContextManager[object]:
         return self._timeout(seconds)
 
+    def later(self, seconds: float, callback: Callable[[], object]) -> Scheduled:
+        """Called when the clock reaches ``now + seconds`` (at once, from here, for <= 0)."""
+        return self._call_at(self._now + seconds, callback)
+
     @asynccontextmanager
     async def _timeout(self, seconds: float) -> AsyncIterator[None]:
         # asyncio's own Timeout, never due on the loop's clock and made due when this one
@@ -183,7 +201,7 @@ class FakeClock:
             self._busy -= 1
             self._arm()
 
-    def _call_at(self, deadline: float, callback: Callable[[], None]) -> _Timer:
+    def _call_at(self, deadline: float, callback: Callable[[], object]) -> _Timer:
         timer = _Timer(deadline, callback)
         if deadline <= self._now or not math.isfinite(deadline):
             if deadline <= self._now:

@@ -50,7 +50,11 @@ class Completer:
         self._batch = batch
         self._on_applied = on_applied
         self._done: list[Completion] = []
-        self._ready = asyncio.Event()
+        # Outcomes wait for a flush: one falls due ``_GATHER_S`` after the first of them (a
+        # timer started by ``add``: ``run`` wakes once per flush, not also when they come).
+        self._gathering = False
+        self._due = False  # the timer has fired; ``run`` has not flushed yet
+        self._woken: asyncio.Future[None] | None = None  # what ``run`` waits on
         self._flushing: asyncio.Future[None] | None = None  # the flush under way; see ``flush``
 
     def __len__(self) -> int:
@@ -58,7 +62,8 @@ class Completer:
 
     def add(self, completion: Completion) -> None:
         self._done.append(completion)
-        self._ready.set()
+        if not self._gathering:
+            self._gather()
 
     def finished(
         self,
@@ -83,19 +88,33 @@ class Completer:
                 send_s,
             )
         )
-        self._ready.set()
+        if not self._gathering:  # the first since the last flush
+            self._gather()
+
+    def _gather(self) -> None:
+        self._gathering = True
+        self._clock.later(_GATHER_S, self._fall_due)
+
+    def _fall_due(self) -> None:
+        self._due = True
+        woken = self._woken
+        if woken is not None and not woken.done():
+            woken.set_result(None)
 
     async def run(self) -> None:
         failures = 0  # failed writes in a row
         while True:
-            await self._ready.wait()
-            await self._clock.sleep(_GATHER_S)
+            if not self._due:
+                self._woken = asyncio.get_running_loop().create_future()
+                await self._woken
+            self._due = False
             try:
                 await self.flush()
             except OmniPostError as exc:
                 log.warning("writing outcomes failed, will retry: %s", exc.message)
                 failures += 1
                 await self._clock.sleep(WRITE_RETRY.delay_s(failures))
+                self._gather()  # the outcomes still wait: gathered again, then written
                 continue
             failures = 0
 
@@ -117,7 +136,7 @@ class Completer:
                 applied = await self._queue.complete(batch, worker=self.owner)
                 del self._done[: len(batch)]
                 self._on_applied(batch, applied)
-            self._ready.clear()
+            self._gathering = False  # all written: the next outcome starts a gather
         finally:
             self._flushing = None
             flushing.set_result(None)

@@ -374,6 +374,11 @@ class LoopClock(SystemClock):
             timer.cancel()
         return event.is_set()
 
+    def later(self, seconds: float, callback: Callable[[], object]) -> asyncio.TimerHandle:
+        """``loop.call_later``, on the loop's own time, without its layers of calls."""
+        when = self._time.now + (seconds if seconds > 0.0 else 0.0)
+        return self._loop.call_at(when, callback)
+
     def __repr__(self) -> str:
         return f"LoopClock(now={self._loop.time():.3f})"
 

@@ -206,3 +206,30 @@ async def test_a_sleep_without_end_is_not_a_deadline_to_jump_to() -> None:
     forever.cancel()
     with pytest.raises(asyncio.CancelledError):
         await forever
+
+
+def _later_on(clock: Clock, calls: list[tuple[str, float]]) -> None:
+    """Three callbacks, the middle one cancelled."""
+    clock.later(0.02, lambda: calls.append(("b", clock.monotonic())))
+    clock.later(0.01, lambda: calls.append(("a", clock.monotonic()))).cancel()
+    clock.later(0.01, lambda: calls.append(("c", clock.monotonic())))
+
+
+async def test_later_calls_back_at_its_time_unless_cancelled() -> None:
+    fake = FakeClock(start=0.0)
+    calls: list[tuple[str, float]] = []
+    _later_on(fake, calls)
+    fake.advance(0.015)
+    assert calls == [("c", 0.015)]
+    fake.advance(0.01)
+    assert calls == [("c", 0.015), ("b", 0.025)]
+    fake.later(0.0, lambda: calls.append(("now", fake.monotonic())))
+    assert calls[-1] == ("now", 0.025)  # due already: called at once
+
+    real: Clock = SystemClock()
+    calls = []
+    start = real.monotonic()
+    _later_on(real, calls)
+    await asyncio.sleep(0.05)
+    assert [name for name, _ in calls] == ["c", "b"]
+    assert calls[0][1] - start >= 0.01 and calls[1][1] - start >= 0.02

@@ -7,9 +7,10 @@ from collections.abc import Sequence
 
 import pytest
 
-from engine.clock import SystemClock
+from engine.clock import FakeClock, SystemClock
 from engine.completer import Completer
 from engine.domain import NotificationState, SendResult
+from engine.errors import OmniPostError
 from engine.policy import Decision
 from engine.store import Completion, Leased
 
@@ -92,3 +93,70 @@ async def test_a_cancelled_waiter_does_not_cancel_the_flush_under_way() -> None:
     finish(done, 2)
     await done.flush()  # and the next flush is not held by the one that ended
     assert applied == [1, 2]
+
+
+class RecordingQueue:
+    """Writes at once; the first ``fail`` writes raise as a store that is down does."""
+
+    def __init__(self, fail: int = 0) -> None:
+        self.batches: list[list[int]] = []
+        self.fail = fail
+
+    async def complete(self, completions: Sequence[Completion], *, worker: str) -> list[bool]:
+        if self.fail:
+            self.fail -= 1
+            raise OmniPostError("the store is not answering.")
+        self.batches.append([c.leased.id for c in completions])
+        return [True] * len(completions)
+
+
+async def _settle() -> None:
+    for _ in range(5):  # the woken task's steps: a flush awaits the queue once
+        await asyncio.sleep(0)
+
+
+async def test_outcomes_are_written_together_a_gather_after_the_first() -> None:
+    clock, queue = FakeClock(), RecordingQueue()
+    done = Completer(queue, clock, owner="w", batch=10, on_applied=lambda *_: None)  # type: ignore[arg-type]
+    runner = asyncio.create_task(done.run())
+    await _settle()
+    finish(done, 1)
+    clock.advance(0.003)
+    finish(done, 2)  # within the first one's gather: written with it
+    await _settle()
+    clock.advance(0.0019)
+    await _settle()
+    assert queue.batches == []
+    clock.advance(0.0001)  # 5 ms after the first
+    await _settle()
+    assert queue.batches == [[1, 2]] and len(done) == 0
+    finish(done, 3)  # a new gather starts with the next outcome (not with the second's)
+    clock.advance(0.004)
+    await _settle()
+    assert queue.batches == [[1, 2]]
+    clock.advance(0.001)
+    await _settle()
+    assert queue.batches == [[1, 2], [3]]
+    runner.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await runner
+
+
+async def test_a_failed_write_is_tried_again_and_nothing_is_lost() -> None:
+    clock, queue = FakeClock(), RecordingQueue(fail=1)
+    done = Completer(queue, clock, owner="w", batch=10, on_applied=lambda *_: None)  # type: ignore[arg-type]
+    runner = asyncio.create_task(done.run())
+    await _settle()
+    finish(done, 1)
+    clock.advance(0.005)
+    await _settle()
+    assert queue.batches == [] and len(done) == 1  # the write failed; kept
+    finish(done, 2)
+    clock.advance(1.0)  # the retry's wait, then a gather
+    await _settle()
+    clock.advance(0.005)
+    await _settle()
+    assert queue.batches == [[1, 2]] and len(done) == 0
+    runner.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await runner

@@ -358,3 +358,16 @@ def test_a_plan_stops_at_its_horizon() -> None:
     assert slow.drain_s is None and slow.delivered == 1  # the burst, then none in 60 s
     assert plan.unfinished == 99
     assert math.isclose(slow.depth[-1][0], 60.0, abs_tol=0.01)
+
+
+def test_the_virtual_loops_clock_calls_back_later_on_its_time() -> None:
+    async def main(clock: virtual_loop.LoopClock) -> list[tuple[str, float]]:
+        calls: list[tuple[str, float]] = []
+        clock.later(2.0, lambda: calls.append(("b", clock.monotonic())))
+        clock.later(1.0, lambda: calls.append(("a", clock.monotonic()))).cancel()
+        clock.later(1.0, lambda: calls.append(("c", clock.monotonic())))
+        clock.later(-1.0, lambda: calls.append(("now", clock.monotonic())))
+        await clock.sleep(3.0)
+        return calls
+
+    assert run_virtual(main) == [("now", 0.0), ("c", 1.0), ("b", 2.0)]
