@@ -288,7 +288,10 @@ class Dispatcher:
             lease_s=self.settings.lease_s,
             now=self._clock.wall(),
         )
-        leased, taken_at = await self._retake(reservation, claimed, reserved_at)
+        if len(claimed) == reservation.granted and self._clock.monotonic() == reserved_at:
+            leased, taken_at = claimed, reserved_at  # ``_retake``'s answer, without its call
+        else:
+            leased, taken_at = await self._retake(reservation, claimed, reserved_at)
         if probing:
             await self.circuits.probing(provider_id, leased)
         left = due.due - len(leased) if len(leased) == reservation.granted else 0

@@ -371,3 +371,36 @@ def test_the_virtual_loops_clock_calls_back_later_on_its_time() -> None:
         return calls
 
     assert run_virtual(main) == [("now", 0.0), ("c", 1.0), ("b", 2.0)]
+
+
+def test_the_lean_loop_wakes_sleepers_in_asyncios_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sleepers and plain callbacks due at the same instant, and sleeps shorter than the
+    clock's resolution while other callbacks are ready: the lean loop wakes the sleepers
+    without running their timers as callbacks only when nothing else could run first."""
+    if not virtual_loop.LEAN:
+        pytest.skip("this Python runs the stock loop only: there is nothing to compare")
+
+    async def main(clock: virtual_loop.LoopClock) -> list[str]:
+        loop = asyncio.get_running_loop()
+        log: list[str] = []
+
+        async def sleeper(name: str, seconds: float) -> None:
+            await clock.sleep(seconds)
+            log.append(name)
+            loop.call_soon(log.append, f"{name} soon")
+            await clock.sleep(1e-12)  # due before the loop's next look at the time
+            log.append(f"{name} again")
+
+        def chain(n: int) -> None:
+            log.append(f"callback {n}")
+            if n < 4:
+                loop.call_soon(chain, n + 1)
+
+        loop.call_at(1.0, chain, 0)
+        await asyncio.gather(sleeper("a", 1.0), sleeper("b", 1.0), sleeper("c", 2.0))
+        return log
+
+    lean = run_virtual(main)
+    monkeypatch.setattr(virtual_loop, "LEAN", False)
+    assert lean == run_virtual(main)
+    assert lean.index("c") > lean.index("callback 4")
