@@ -20,6 +20,7 @@ from engine import (
     Retention,
     StoreSize,
     TenantDepth,
+    TenantImport,
     TenantRecord,
     WorkerRecord,
     format_age,
@@ -34,6 +35,7 @@ __all__ = [
     "dead_json",
     "depth_json",
     "health_json",
+    "import_json",
     "limit_json",
     "pair_json",
     "provider_json",
@@ -58,6 +60,11 @@ def limit_json(limit: Limit | None) -> JsonObject | None:
 
 def tenant_json(tenant: TenantRecord) -> JsonObject:
     return _fields(tenant, drop={"id"})
+
+
+def import_json(summary: TenantImport) -> JsonObject:
+    """``{"imported": 3, "added": 2, "updated": 1}``."""
+    return {"imported": summary.total} | _fields(summary)
 
 
 def provider_json(provider: ProviderRecord) -> JsonObject:

@@ -35,7 +35,7 @@ from engine import (
     Pattern,
     ReplayTraffic,
     Traffic,
-    parse_rate,
+    limit_of,
 )
 
 __all__ = ["build_parser", "main"]
@@ -56,8 +56,7 @@ def _limit_change(a: argparse.Namespace) -> configure.LimitChange:
         if a.burst is not None:
             raise ConfigError("--burst needs --rate as well.")
         return KEEP
-    rate = parse_rate(a.rate)
-    return Limit(rate, a.burst if a.burst is not None else max(1.0, rate))
+    return limit_of(a.rate, a.burst)
 
 
 def _new_limit(a: argparse.Namespace) -> Limit | None:
@@ -199,6 +198,10 @@ _COMMANDS: dict[str, Command] = {
     ),
     "tenant set": _tenant_set,
     "tenant list": lambda a, ctx: configure.tenant_list(ctx, as_json=a.json),
+    "tenant import": lambda a, ctx: configure.tenant_import(
+        ctx, a.file, update=a.update, as_json=a.json
+    ),
+    "tenant export": lambda a, ctx: configure.tenant_export(ctx, a.output),
     "provider add": _provider_add,
     "provider set": _provider_set,
     "provider list": lambda a, ctx: configure.provider_list(ctx, as_json=a.json),

@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 
 from app.metrics import DEFAULT_HOST, PORT_ENV, parse_port
 from app.output import RETENTION_WINDOWS
+from app.parser_tenants import limit_args, tenant_parsers
 from engine import PROVIDER_KINDS, ConfigError, Pattern, parse_age
 
 __all__ = ["EXIT_USAGE", "build_parser", "one_line"]
@@ -164,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("migrate", parents=[common], help="create or upgrade the store's schema")
 
-    _tenant_parsers(sub, common)
+    tenant_parsers(sub, common)
     _provider_parsers(sub, common)
 
     limit = sub.add_parser("limit", help="per (tenant, provider) limits").add_subparsers(
@@ -348,28 +349,6 @@ def _plan_parser(sub: Any, common: _Parser) -> None:
     p.add_argument("--json", action="store_true")
 
 
-def _limit_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--rate", help="N, N/s, N/min or N/h")
-    p.add_argument("--burst", type=float, help="tokens that may be saved up (default: 1 s worth)")
-    p.add_argument("--unlimited", action="store_true", help="remove the limit")
-
-
-def _tenant_parsers(sub: Any, common: _Parser) -> None:
-    tenant = sub.add_parser("tenant", help="tenants and their limits").add_subparsers(
-        dest="action", metavar="ACTION", parser_class=_Parser
-    )
-    tenant.required = True
-    for action in ("add", "set"):
-        p = tenant.add_parser(action, parents=[common], help=f"{action} a tenant")
-        p.add_argument("name")
-        _limit_args(p)
-        group = p.add_mutually_exclusive_group()
-        group.add_argument("--disable", dest="enabled", action="store_false", default=None)
-        group.add_argument("--enable", dest="enabled", action="store_true")
-    p = tenant.add_parser("list", parents=[common], help="list tenants")
-    p.add_argument("--json", action="store_true")
-
-
 def _provider_parsers(sub: Any, common: _Parser) -> None:
     provider = sub.add_parser("provider", help="delivery providers").add_subparsers(
         dest="action", metavar="ACTION", parser_class=_Parser
@@ -383,7 +362,7 @@ def _provider_parsers(sub: Any, common: _Parser) -> None:
             required=action == "add",
             help=f"{', '.join(PROVIDER_KINDS)}; `omnipost provider kinds` lists their options",
         )
-        _limit_args(p)
+        limit_args(p)
         p.add_argument(
             "--option", type=_key_value, action="append", default=[], metavar="KEY=VALUE"
         )

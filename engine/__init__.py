@@ -26,6 +26,7 @@ from engine.domain import (
     SendResult,
     Unset,
     is_text,
+    limit_of,
     parse_rate,
 )
 from engine.engine import Engine, EngineSettings, EngineState, SimulationProgress
@@ -77,12 +78,22 @@ from engine.store import (
     ProviderRecord,
     Store,
     StoreSize,
+    TenantImport,
     TenantRecord,
+    TenantSpec,
     WorkerRecord,
     masked_url,
 )
 from engine.store.rotation import RotationProgress, RotationReport, TableRotation
 from engine.telemetry import Counters, Snapshot, TenantDepth
+from engine.tenant_lines import (
+    load_json,
+    parse_tenant_lines,
+    rate_text,
+    read_tenant_file,
+    read_text_lines,
+    tenant_line,
+)
 
 __all__ = [
     "BUILTIN_KINDS",
@@ -151,8 +162,10 @@ __all__ = [
     "SystemClock",
     "TableRotation",
     "TenantDepth",
+    "TenantImport",
     "TenantPlan",
     "TenantRecord",
+    "TenantSpec",
     "TokenBucket",
     "Traffic",
     "Unset",
@@ -161,12 +174,19 @@ __all__ = [
     "fmt_limit",
     "format_age",
     "is_text",
+    "limit_of",
+    "load_json",
     "mask",
     "masked_secrets",
     "masked_url",
     "parse_age",
     "parse_rate",
+    "parse_tenant_lines",
     "predicted_drain_s",
+    "rate_text",
+    "read_tenant_file",
+    "read_text_lines",
+    "tenant_line",
     "worst_window",
 ]
 

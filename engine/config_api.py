@@ -12,7 +12,15 @@ from engine.domain import UNSET, BucketKey, Limit, Unset, validate_name
 from engine.errors import ConfigError, NotFound
 from engine.parts import EngineParts
 from engine.providers.base import ProviderConfig
-from engine.store import AuditEntry, PairLimit, ProviderRecord, TenantRecord, WorkerRecord
+from engine.store import (
+    AuditEntry,
+    PairLimit,
+    ProviderRecord,
+    TenantImport,
+    TenantRecord,
+    TenantSpec,
+    WorkerRecord,
+)
 
 __all__ = ["ConfigApi"]
 
@@ -36,6 +44,20 @@ class ConfigApi(EngineParts):
         )
         await self._applied()
         return record
+
+    async def import_tenants(
+        self, specs: Sequence[TenantSpec], *, update: bool = False
+    ) -> TenantImport:
+        """Add the tenants of ``specs`` (``parse_tenant_lines`` reads them from JSON lines) in
+        one transaction, audited as one entry; applied live. With ``update``, tenants that
+        exist take the spec's limit and enabled flag; without, one that exists is refused
+        (``Conflict``). All or nothing: any refusal, one sentence naming the spec's line,
+        writes none of them."""
+        summary = await self.store.config.import_tenants(
+            specs, update=update, now=self.clock.wall(), actor=self.actor
+        )
+        await self._applied()
+        return summary
 
     def check_provider(
         self, name: str, kind: str, options: Mapping[str, str], secrets: Mapping[str, str]

@@ -23,6 +23,7 @@ __all__ = [
     "Unset",
     "check_recipient_and_key",
     "is_text",
+    "limit_of",
     "parse_rate",
     "validate_name",
 ]
@@ -224,6 +225,14 @@ def parse_rate(text: str) -> float:
     if not math.isfinite(rate) or rate <= 0:
         raise ConfigError(f"rate {text[:40]!r} must be a finite number above 0.")
     return rate
+
+
+def limit_of(rate: str, burst: float | None = None) -> Limit:
+    """The limit ``--rate RATE --burst BURST`` asks for, as every command reads the two: RATE
+    as ``parse_rate`` reads it; no BURST is one second's worth, at least 1. Raises
+    ``ConfigError`` with one sentence."""
+    per_s = parse_rate(rate)
+    return Limit(per_s, max(1.0, per_s) if burst is None else burst)
 
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")

@@ -9,7 +9,7 @@ from app.session import Context, actor
 from app.wiring import build_engine, build_store
 from engine import Engine
 
-__all__ = ["open_engine"]
+__all__ = ["open_engine", "reading_engine"]
 
 
 @contextlib.asynccontextmanager
@@ -33,3 +33,13 @@ async def open_engine(
         )
         async with engine:
             yield engine
+
+
+@contextlib.asynccontextmanager
+async def reading_engine(ctx: Context) -> AsyncIterator[Engine]:
+    """An engine on ``ctx``'s store that is not opened, for commands that only read the
+    configuration: opening builds every provider, which needs the keys that open their
+    secrets, and reading tenants or limits has never needed those."""
+    async with build_store(ctx.db_url, ctx.box) as store:
+        await store.ensure_current()
+        yield build_engine(store, actor=actor("cli"))

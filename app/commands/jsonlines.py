@@ -4,15 +4,13 @@ checked fully before anything is queued."""
 from __future__ import annotations
 
 import hashlib
-import json
 import sys
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
-from engine import ConfigError
+from engine import ConfigError, load_json, read_text_lines
 
-__all__ = ["Item", "check_priority", "parse_payload", "read_batch"]
+__all__ = ["Item", "check_priority", "parse_payload", "read_batch", "read_lines"]
 
 # One notification of a tenant, as ``Engine.enqueue_many`` takes it:
 # (provider, recipient, payload, key, priority).
@@ -23,22 +21,10 @@ _PRIORITY_MIN, _PRIORITY_MAX = -(2**31), 2**31 - 1
 _KEY_MAX = 200
 
 
-def _not_json(constant: str) -> Any:
-    raise ValueError(f"{constant} is not JSON")
-
-
-def _loads(text: str) -> Any:
-    """``json.loads``, refusing NaN and Infinity; raises ValueError with a short reason."""
-    try:
-        return json.loads(text, parse_constant=_not_json)
-    except ValueError as exc:  # JSONDecodeError, or NaN/Infinity
-        raise ValueError(exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)) from None
-
-
 def parse_payload(text: str, where: str = "") -> dict[str, Any]:
     """``--payload``: a JSON object, else ConfigError (prefixed by ``where``)."""
     try:
-        value = _loads(text)
+        value = load_json(text)
     except ValueError as exc:
         raise ConfigError(f"{where}the payload is not valid JSON ({exc}).") from None
     if not isinstance(value, dict):
@@ -56,20 +42,18 @@ def read_batch(path: str) -> dict[str, list[Item]]:
     """The notifications of the JSON-lines file at ``path`` (``-`` for stdin), by tenant.
     Every line is checked before this returns, so a file is queued whole or not at all."""
     by_tenant: dict[str, list[Item]] = {}
-    for number, line in enumerate(_read_lines(path), 1):
+    for number, line in enumerate(read_lines(path), 1):
         if line.strip():
             tenant, item = _parse_line(number, line)
             by_tenant.setdefault(tenant, []).append(item)
     return by_tenant
 
 
-def _read_lines(path: str) -> Iterable[str]:
+def read_lines(path: str) -> Iterable[str]:
+    """The lines of the UTF-8 file at ``path`` (``-``: stdin); ConfigError when unreadable."""
     if path == "-":
         return sys.stdin.read().splitlines()
-    try:
-        return Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}.") from None
+    return read_text_lines(path)
 
 
 def _is_text(text: str) -> bool:
@@ -84,7 +68,7 @@ def _parse_line(number: int, line: str) -> tuple[str, Item]:
     """One line: its tenant and its item; ConfigError naming the line when it is not good."""
     where = f"line {number}: "
     try:
-        obj = _loads(line)
+        obj = load_json(line)
     except ValueError as exc:
         raise ConfigError(f"{where}not valid JSON ({exc}).") from None
     if not isinstance(obj, dict):

@@ -20,6 +20,7 @@ from engine.store.records import (
     WorkerRecord,
 )
 from engine.store.store import Store
+from engine.store.tenant_bulk import TenantImport, TenantSpec
 
 __all__ = [
     "AuditEntry",
@@ -37,7 +38,9 @@ __all__ = [
     "SendSample",
     "Store",
     "StoreSize",
+    "TenantImport",
     "TenantRecord",
+    "TenantSpec",
     "WorkerRecord",
     "masked_url",
     "normalize_url",

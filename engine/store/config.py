@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -15,6 +15,7 @@ from engine.errors import Conflict, NotFound
 from engine.store.database import Database
 from engine.store.records import AuditEntry, PairLimit, ProviderRecord, TenantRecord, WorkerRecord
 from engine.store.schema import audit_log, providers, rate_limits, tenants, workers
+from engine.store.tenant_bulk import TenantImport, TenantSpec, check_tenant_specs, write_tenants
 
 __all__ = ["ConfigRepo"]
 
@@ -75,6 +76,26 @@ class ConfigRepo:
             new = await _tenant_row(conn, name)
             assert new is not None
             return _tenant(new)
+
+        return await self._db.write(tx)
+
+    async def import_tenants(
+        self, specs: Sequence[TenantSpec], *, update: bool = False, now: float, actor: str
+    ) -> TenantImport:
+        """Add every spec's tenant in one transaction, audited as one ``tenant.import`` entry
+        of how many were added and updated; with ``update``, existing tenants take the spec's
+        limit and enabled flag. All or nothing: a name not valid or given twice is a
+        ``ConfigError``, an existing one without ``update`` a ``Conflict``, each naming the
+        spec's line. No specs write nothing, not even the audit entry."""
+        check_tenant_specs(specs)
+        if not specs:
+            return TenantImport(added=0, updated=0)
+
+        async def tx(conn: AsyncConnection) -> TenantImport:
+            done = await write_tenants(conn, specs, update=update, now=now)
+            detail = {"added": done.added, "updated": done.updated}
+            await write_audit(conn, now, actor, "tenant.import", None, detail)
+            return done
 
         return await self._db.write(tx)
 

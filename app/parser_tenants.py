@@ -1,0 +1,64 @@
+"""The command line's grammar of ``omnipost tenant``: add, set, list, import and export, and
+the ``--rate``/``--burst``/``--unlimited`` flags every limit is set with (``app.parser`` puts
+it together with the other commands)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ["limit_args", "tenant_parsers"]
+
+
+def limit_args(p: argparse.ArgumentParser) -> None:
+    """The flags of a limit; ``app.cli`` makes them one (``engine.limit_of``)."""
+    p.add_argument("--rate", help="N, N/s, N/min or N/h")
+    p.add_argument("--burst", type=float, help="tokens that may be saved up (default: 1 s worth)")
+    p.add_argument("--unlimited", action="store_true", help="remove the limit")
+
+
+def tenant_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``omnipost tenant ACTION`` on ``sub``, the subparsers of ``omnipost`` itself."""
+    parent = sub.add_parser("tenant", help="tenants and their limits")
+    # Its actions are parsers of its own class (app.parser's: a usage error is one sentence).
+    tenant = parent.add_subparsers(dest="action", metavar="ACTION", parser_class=type(parent))
+    tenant.required = True
+    for action in ("add", "set"):
+        p = tenant.add_parser(action, parents=[common], help=f"{action} a tenant")
+        p.add_argument("name")
+        limit_args(p)
+        group = p.add_mutually_exclusive_group()
+        group.add_argument("--disable", dest="enabled", action="store_false", default=None)
+        group.add_argument("--enable", dest="enabled", action="store_true")
+    p = tenant.add_parser("list", parents=[common], help="list tenants")
+    p.add_argument("--json", action="store_true")
+    p = tenant.add_parser(
+        "import",
+        parents=[common],
+        help="add the tenants of a JSON-lines file, all of them or none",
+        description=_IMPORT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("file", metavar="FILE", help="the JSON-lines file; - reads standard input")
+    p.add_argument(
+        "--update",
+        action="store_true",
+        help="give tenants that exist the line's limit and enabled flag (else they are refused)",
+    )
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p = tenant.add_parser(
+        "export", parents=[common], help="write every tenant as the JSON lines import reads"
+    )
+    p.add_argument("--output", metavar="FILE", help="write to FILE (default: standard output)")
+
+
+_IMPORT_HELP = """\
+Add the tenants of FILE, one JSON object a line:
+
+  {"name": "acme", "rate": "300/min", "burst": 10, "enabled": true}
+
+rate and burst read as `tenant add --rate --burst` reads them (no rate: unlimited; no burst:
+one second's worth); enabled is true unless given; blank lines are skipped. Every line is
+checked first, and the file is written in one transaction: a bad line, or a tenant that
+exists already (without --update), writes nothing. `omnipost tenant export` writes this form.
+"""

@@ -1,0 +1,153 @@
+"""The store contract of ``ConfigRepo.import_tenants``, on SQLite and on Postgres through the
+``store`` fixture: all or nothing, one audit entry, and a few statements however many tenants.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+
+from engine.domain import Limit
+from engine.errors import ConfigError, Conflict
+from engine.store import Store, TenantImport, TenantRecord, TenantSpec
+
+T0 = 1_700_000_000.0
+ACTOR = "test"
+
+
+async def state(store: Store) -> tuple[list[TenantRecord], list[Any]]:
+    """Every tenant and every audit entry: what a refused import must leave as it was."""
+    return await store.config.tenants(), await store.config.audit_log(limit=1000)
+
+
+@contextlib.contextmanager
+def statements(store: Store) -> Iterator[list[str]]:
+    """The SQL of every statement the store sends (an executemany counts once)."""
+    seen: list[str] = []
+    engine = store._db.engine.sync_engine
+
+    def record(*args: Any) -> None:
+        seen.append(args[2])
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+
+
+async def test_import_adds_new_tenants_and_updates_existing_ones(store: Store) -> None:
+    cfg = store.config
+    acme = await cfg.add_tenant("acme", Limit(10, 20), now=T0, actor=ACTOR)
+    beta = await cfg.add_tenant("beta", None, enabled=False, now=T0, actor=ACTOR)
+    specs = [
+        TenantSpec("gamma", Limit(2.5, 5), line=1),
+        TenantSpec("acme", None, enabled=False, line=2),  # limited and enabled: now neither
+        TenantSpec("delta", None, enabled=False, line=4),
+        TenantSpec("beta", Limit(1, 1), line=5),  # unlimited and disabled: now both
+    ]
+
+    done = await cfg.import_tenants(specs, update=True, now=T0 + 1, actor=ACTOR)
+
+    assert done == TenantImport(added=2, updated=2)
+    got = {t.name: (t.limit, t.enabled) for t in await cfg.tenants()}
+    assert got == {
+        "acme": (None, False),
+        "beta": (Limit(1, 1), True),
+        "delta": (None, False),
+        "gamma": (Limit(2.5, 5), True),
+    }
+    # Updated in place: the tenants keep their ids (their notifications refer to them).
+    assert (await cfg.tenant("acme")).id == acme.id
+    assert (await cfg.tenant("beta")).id == beta.id
+
+
+async def test_an_existing_tenant_without_update_is_refused_and_nothing_written(
+    store: Store,
+) -> None:
+    cfg = store.config
+    await cfg.add_tenant("acme", Limit(10, 20), now=T0, actor=ACTOR)
+    before = await state(store)
+    specs = [TenantSpec("fresh", None, line=1), TenantSpec("acme", Limit(1, 1), line=3)]
+
+    with pytest.raises(Conflict) as caught:
+        await cfg.import_tenants(specs, now=T0 + 1, actor=ACTOR)
+
+    assert caught.value.message.startswith("line 3: tenant 'acme' already exists;")
+    assert "--update" in caught.value.message
+    assert await state(store) == before  # not even "fresh", line 1
+
+
+@pytest.mark.parametrize(
+    ("specs", "says"),
+    [
+        (
+            [TenantSpec("ok", line=1), TenantSpec("bad name", line=2)],
+            "line 2: tenant name 'bad name' is not valid",
+        ),
+        (
+            [TenantSpec("ok", line=1), TenantSpec("b", line=2), TenantSpec("ok", line=7)],
+            "line 7: tenant 'ok' is on line 1 already",
+        ),
+        ([TenantSpec("ok"), TenantSpec("ok")], "tenant 'ok' is given twice"),
+    ],
+    ids=["bad-name", "repeated", "repeated-without-lines"],
+)
+async def test_bad_specs_are_refused_before_anything_is_written(
+    store: Store, specs: list[TenantSpec], says: str
+) -> None:
+    await store.config.add_tenant("acme", None, now=T0, actor=ACTOR)
+    before = await state(store)
+    with pytest.raises(ConfigError) as caught:
+        await store.config.import_tenants(specs, update=True, now=T0 + 1, actor=ACTOR)
+    assert caught.value.message.startswith(says), caught.value.message
+    assert caught.value.message.endswith(".")
+    assert await state(store) == before
+
+
+async def test_an_import_is_one_audit_entry_of_its_counts(store: Store) -> None:
+    cfg = store.config
+    await cfg.add_tenant("acme", None, now=T0, actor="alice")
+    specs = [TenantSpec(name) for name in ("acme", "b1", "b2", "b3")]
+
+    await cfg.import_tenants(specs, update=True, now=T0 + 5, actor="bob")
+
+    newest, *older = await cfg.audit_log()
+    assert (newest.ts, newest.actor, newest.action, newest.tenant_id) == (
+        T0 + 5,
+        "bob",
+        "tenant.import",
+        None,
+    )
+    assert newest.detail == {"added": 3, "updated": 1}
+    assert [e.action for e in older] == ["tenant.add"]
+
+
+async def test_no_specs_write_nothing(store: Store) -> None:
+    before = await state(store)
+    done = await store.config.import_tenants([], update=True, now=T0, actor=ACTOR)
+    assert done == TenantImport(added=0, updated=0)
+    assert await state(store) == before
+
+
+async def test_thousands_of_tenants_take_a_few_statements(store: Store) -> None:
+    """One insert and one update for every tenant (executemany), and one name lookup per
+    thousand names: never a statement per tenant."""
+    cfg = store.config
+    first = [TenantSpec(f"t{n:04d}", Limit(1 + n % 7, 2)) for n in range(0, 2500, 2)]
+    await cfg.import_tenants(first, now=T0, actor=ACTOR)
+    every = [TenantSpec(f"t{n:04d}", Limit(3, 4 + n % 5), enabled=n % 3 > 0) for n in range(2500)]
+
+    with statements(store) as seen:
+        done = await cfg.import_tenants(every, update=True, now=T0 + 1, actor=ACTOR)
+
+    assert done == TenantImport(added=1250, updated=1250)
+    writes = [sql for sql in seen if not sql.lstrip().upper().startswith(("SELECT", "BEGIN"))]
+    assert len(writes) == 3, writes  # the insert, the update, the audit entry
+    assert len(seen) <= 3 + 3 + 2, seen  # and 3 lookups of names, BEGIN/COMMIT at most
+    got = {t.name: (t.limit, t.enabled) for t in await cfg.tenants()}
+    assert got == {s.name: (s.limit, s.enabled) for s in every}
