@@ -11,7 +11,9 @@ from PySide6.QtCore import (
 )
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QCheckBox,
     QComboBox,
+    QFileDialog,
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
@@ -107,9 +109,19 @@ class TenantsView(QWidget):
         self.add_button = QPushButton("Add tenant")
         self.add_button.clicked.connect(self.add_tenant)
         self.new_name.returnPressed.connect(self.add_tenant)
+        self.import_button = QPushButton("Import…")
+        self.import_button.setToolTip(
+            "Add the tenants of a JSON-lines file, as `omnipost tenant import` does: all of "
+            "them, or none when a line is bad"
+        )
+        self.import_button.clicked.connect(self.import_tenants)
+        self.import_update = QCheckBox("update existing")
+        self.import_update.setToolTip("Tenants that exist take the file's limits (--update)")
         add_row = QHBoxLayout()
         for widget in (self.new_name, self.new_rate, self.new_burst, self.add_button):
             add_row.addWidget(widget)
+        add_row.addWidget(self.import_button)
+        add_row.addWidget(self.import_update)
 
         self.table = QTableView()
         self.table.setModel(self.proxy)
@@ -275,6 +287,14 @@ class TenantsView(QWidget):
             return
         self.bridge.add_tenant(name, limit)
         self.new_name.clear()
+
+    def import_tenants(self) -> None:
+        """Ask for a JSON-lines file and import it; a bad line is told in the message bar."""
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Import tenants", "", "JSON lines (*.jsonl *.json *.txt);;All files (*)"
+        )
+        if path:
+            self.bridge.import_tenants(path, self.import_update.isChecked())
 
     def set_pair_limit(self) -> None:
         tenant, provider = self.pair_tenant.currentText(), self.pair_provider.currentText()
