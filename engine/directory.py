@@ -47,6 +47,7 @@ class Directory:
     instances: dict[int, Provider] = field(default_factory=dict)
     limits: dict[BucketKey, Limit] = field(default_factory=dict)
     broken: dict[int, str] = field(default_factory=dict)  # provider id -> why it cannot be built
+    limits_version: int = 0  # grows whenever a limit changes
     # Per (tenant id, provider id): its route, or None when it has none; kept until a refresh.
     _routes: dict[tuple[int, int], Route | None] = field(default_factory=dict, repr=False)
 
@@ -92,12 +93,16 @@ class Directory:
             self._routes = {}
 
     async def _apply_limits(self, wanted: dict[BucketKey, Limit]) -> None:
+        changed = False
         for key in self.limits.keys() - wanted.keys():
             await self.limiter.configure(key, None)
+            changed = True
         for key, limit in wanted.items():
             if self.limits.get(key) != limit:
                 await self.limiter.configure(key, limit)
+                changed = True
         self.limits = wanted
+        self.limits_version += changed
 
     async def _rebuild(self, providers: list[ProviderRecord]) -> None:
         fresh = {p.id: p for p in providers}

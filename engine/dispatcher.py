@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
@@ -27,14 +26,15 @@ from engine.clock import Clock
 from engine.completer import Completer
 from engine.directory import Directory
 from engine.dispatch_settings import DispatcherSettings
-from engine.domain import NotificationState
-from engine.due import count_in
+from engine.domain import BucketScope, NotificationState
+from engine.due import DueBook
 from engine.errors import OmniPostError, SecretUnreadable
 from engine.limiter import Limiter, Reservation
-from engine.policy import STORE_OUTAGE, HeldBuckets, round_robin
+from engine.policy import STORE_OUTAGE
 from engine.ports import DispatchStore
 from engine.senders import Senders
-from engine.store import Completion, DueKey, Leased
+from engine.store import Completion, Leased
+from engine.store.reads import DUE_CAP
 from engine.telemetry import Telemetry
 from engine.work import Key, WorkQueue
 
@@ -42,7 +42,12 @@ __all__ = ["Dispatcher", "DispatcherSettings"]
 
 log = logging.getLogger(__name__)
 
-_NONE = Reservation((), 0)  # nothing reserved: a value, shared, never changed
+_PROBES_PER_ROUND = 500  # keys whose count ran out, looked at alone in one round
+_LONGEST_WAIT_S = 30.0  # a key behind a very slow bucket asks again at least this often
+
+
+def _capped(wait_s: float, most_s: float) -> float:
+    return wait_s if wait_s < most_s else most_s
 
 
 class Dispatcher:
@@ -71,17 +76,11 @@ class Dispatcher:
         self._rng = rng or random.Random()
         self._work = WorkQueue(clock)  # leases waiting for a sender, as parcels
         self._wake = asyncio.Event()
-        self._due: dict[Key, DueKey] = {}
-        self._keys: list[Key] | None = None  # the keys of _due with work, sorted; None: stale
-        self._providers: frozenset[int] = frozenset()  # the providers of ``_keys``
-        self._due_stale = True
-        self._drained: set[Key] = set()  # keys whose count ran out: looked at again alone
+        self._book = DueBook(DUE_CAP)  # the keys with work: where each one stands
+        self._due_stale = True  # look at the kept counts in the next round
         self._refreshed_at = -1e9
-        self._next_due_at = math.inf  # wall time when delayed work (a retry) falls due
-        # Monotonic time before which a key's buckets grant nothing (what its last empty
-        # reservation said, at most ``poll_s`` ahead): a round does not ask them again sooner.
-        self._not_before: dict[Key, float] = {}
-        self._last: Key | None = None
+        self._look_s = 0.0  # how long the last look at the counts took
+        self._limits_seen = directory.limits_version
         self._stopping = False
         self._started = False  # senders exist only once ``run`` has started
         probe_lease_s = settings.send_timeout_s + settings.lease_s
@@ -122,12 +121,13 @@ class Dispatcher:
         self._wake.set()
 
     def enqueued(self, due: Mapping[Key, int]) -> None:
-        """This process enqueued ``due[key]`` due now per key: counted in without the look at
-        the store that ``wake`` asks for (behind a deep backlog it costs more than the
-        enqueue; a count off either way only brings the next look sooner)."""
-        enabled = {key: n for key, n in due.items() if self._dir.enabled(key[0])}
-        if count_in(self._due, enabled, self._clock.wall()):
-            self._keys = None  # a key that had no due work has some
+        """``due[key]`` rows became due now per key (this process's enqueues, another's from
+        its NOTIFY): counted in without the look at the store that ``wake`` asks for (a count
+        off either way only brings the key's next look alone sooner)."""
+        book = self._book
+        for key, n in due.items():
+            if self._dir.enabled(key[0]):
+                book.add(key, n)
         self._wake.set()
 
     def set_concurrency(self, n: int) -> None:
@@ -175,111 +175,123 @@ class Dispatcher:
     def _step(self) -> Awaitable[float]:
         """The next round, after a look at the store when one is due. Returned, not awaited
         here: most rounds need no look, and a plan runs about one round per send."""
-        if (
-            self._due_stale
-            or self._clock.monotonic() - self._refreshed_at >= self.settings.poll_s
-            or self._clock.wall() >= self._next_due_at
-        ):
-            return self._look_then_round(None)
-        if self._drained:  # only the keys whose count ran out: behind another key's deep
-            return self._look_then_round(sorted(self._drained))  # backlog a full look costs more
+        if self._look_due(self._clock.monotonic()) or self._book.probes:
+            return self._look_then_round()
         return self._round()
 
-    async def _look_then_round(self, keys: list[Key] | None) -> float:
-        await self._refresh_due(keys)
+    def _look_due(self, mono: float) -> bool:
+        """A look at the kept counts is due: asked for (``wake``) or a poll interval passed.
+        Looks read a row per key with work, so they come no closer together than 20 times
+        what the last one took (a twentieth of the loop, whatever the tenants)."""
+        since_s = mono - self._refreshed_at
+        if since_s < 20 * self._look_s:
+            return False
+        return self._due_stale or since_s >= self.settings.poll_s
+
+    async def _look_then_round(self) -> float:
+        await self._refresh_due()
         return await self._round()
 
     def stop_claiming(self) -> None:
         self._stopping = True
         self._wake.set()
 
-    async def _refresh_due(self, keys: list[Key] | None = None) -> None:
-        if keys is None:
+    async def _refresh_due(self) -> None:
+        """Look at the kept counts when one is due, then at the keys whose count ran out."""
+        mono = self._clock.monotonic()
+        book = self._book
+        if self._look_due(mono):
             self._due_stale = False
-            self._refreshed_at = self._clock.monotonic()
-            if self._refreshed_at - self.circuits.read_at >= self.settings.health_refresh_s:
+            self._refreshed_at = mono
+            if mono - self.circuits.read_at >= self.settings.health_refresh_s:
                 await self.circuits.refresh()
-        self._drained = set()
-        enabled = [t.id for t in self._dir.tenants.values() if t.enabled]
-        rows = await self._store.queue.due_keys(self._clock.wall(), enabled, keys=keys)
-        kept = {} if keys is None else {k: v for k, v in self._due.items() if k not in keys}
-        self._due = kept | {(r.tenant_id, r.provider_id): r for r in rows}
-        self._keys = None
-        # _round sleeps until the first of these; the counts must be fresh when it wakes.
-        delayed = [r.next_available_at for r in rows if r.due == 0]
-        self._next_due_at = min([math.inf if keys is None else self._next_due_at, *delayed])
+            book.begin_look()
+            queued = await self._store.queue.queued_counts()
+            enabled = self._dir.enabled
+            book.look({key: n for key, n in queued.items() if enabled(key[0])})
+            self._look_s = self._clock.monotonic() - mono
+        if book.probes:
+            keys = sorted(book.probes)[:_PROBES_PER_ROUND]
+            book.begin_probe()
+            rows = await self._store.queue.due_keys(self._clock.wall(), keys=keys)
+            book.probed(keys, rows)
 
     async def _round(self) -> float:
-        """One pass over the keys with due work; returns how long to sleep (0: go again)."""
+        """One pass over the providers' lines of ready keys, each key at most once; returns
+        how long to sleep (0: go again). A held provider's line and a waiting key cost
+        nothing: they are not visited before their buckets grant again."""
         now = self._clock.wall()
         mono = self._clock.monotonic()
+        book = self._book
+        if self._dir.limits_version != self._limits_seen:
+            self._limits_seen = self._dir.limits_version
+            book.release_waits()  # a limit changed: what the waits were computed from
+        book.wake(mono, now)
         wait_s = self.settings.poll_s
         progressed = False
-        if self._keys is None:
-            self._keys = sorted(k for k, d in self._due.items() if d.due > 0)
-            self._providers = frozenset(k[1] for k in self._keys)
-        keys = self._keys
         self._senders.starved = False
-        held = HeldBuckets(self._providers)  # found empty this round: the keys behind wait
-        order = round_robin(keys, self._last)
-        index = 0
-        while True:
-            # Passed over: keys whose buckets said when they grant again (asking sooner gets
-            # nothing), and keys behind a bucket found empty this round.
-            index, wait_s = held.skip(order, index, self._not_before, mono, wait_s)
-            if index == len(order):
-                break
-            key = order[index]
-            index += 1
-            if self._work.full(self.settings, self.concurrency):
-                self._senders.starved = True  # a send that ends wakes the loop
-                return wait_s if not progressed else 0.0
-            if not (self.circuits.all_closed or self.circuits.is_closed(key[1])):
-                blocked_s = self.circuits.blocked_for_s(key[1], now)
+        circuits = self.circuits
+        for provider_id, line in list(book.lines()):
+            if book.held_for_s(provider_id, mono) > 0:
+                continue
+            if not (circuits.all_closed or circuits.is_closed(provider_id)):
+                blocked_s = circuits.blocked_for_s(provider_id, now)
                 if blocked_s > 0:  # its circuit is open; no probe yet, or another worker's
-                    wait_s = min(wait_s, blocked_s)
+                    wait_s = blocked_s if blocked_s < wait_s else wait_s
                     continue
-            got, key_wait_s, short = await self._serve(key)
-            held.note(key, short)
-            progressed |= got > 0
-            # ``min()``s and ``max()``s written out here and in ``_serve``: builtins.min
-            # parses its keyword arguments on every call, and a plan makes these per send.
-            wait_s = key_wait_s if key_wait_s < wait_s else wait_s
-        # Delayed work seen by the last look; it may have fallen due while the answer came
-        # back, and then the next round looks again (``_step``) rather than the next poll.
-        due_s = self._next_due_at - now
-        wait_s = due_s if due_s < wait_s else wait_s
-        if progressed:  # again at once, unless every key it could serve waits for tokens
-            return 0.0 if wait_s <= 0 or self._due_stale or self._drained else wait_s
+            for _ in range(len(line)):
+                if not line or book.held_for_s(provider_id, self._clock.monotonic()) > 0:
+                    break
+                if self._work.full(self.settings, self.concurrency):
+                    self._senders.starved = True  # a send that ends wakes the loop
+                    return 0.0 if progressed else self._round_wait_s(wait_s)
+                progressed |= await self._serve(line[0]) > 0
+        if book.probes or (progressed and book.has_ready(self._clock.monotonic())):
+            return 0.0  # keys whose count ran out are looked at before any sleep
+        return self._round_wait_s(wait_s)
+
+    def _round_wait_s(self, wait_s: float) -> float:
+        """The round's sleep: until the soonest waiting key, held provider, delayed row or
+        due look, at most ``wait_s``, at least 1 ms."""
+        mono = self._clock.monotonic()
+        soonest = self._book.next_wait_s(mono, self._clock.wall())
+        if soonest is not None and soonest < wait_s:
+            wait_s = soonest
+        if self._due_stale:  # a look is asked for, and waits for its interval
+            look_s = self._refreshed_at + 20 * self._look_s - mono
+            wait_s = look_s if look_s < wait_s else wait_s
         return wait_s if wait_s > 0.001 else 0.001
 
-    async def _serve(self, key: Key) -> tuple[int, float, Reservation]:
-        """Reserve and lease up to its ``_room`` for ``key``; returns how many were leased,
-        how long until it can be served again (0: at once), and the reservation (its
-        ``held_by``: the round skips the other keys behind those buckets)."""
+    async def _serve(self, key: Key) -> int:
+        """Reserve and lease up to its ``_room`` for ``key``, the first of its line; returns
+        how many were leased. The key then goes to the back of its line, waits for its own
+        buckets, or (drained) is looked at alone; a provider's bucket that ran dry holds the
+        provider's whole line."""
+        book = self._book
         route = self._dir.route(key)
         if route is None:
-            return 0, self.settings.poll_s, _NONE
+            book.drop(key)
+            return 0
         tenant_id, provider_id = key
-        due = self._due[key]
         paced, per = route.paced, route.per
         room = self._work.room(self.settings, self.concurrency, paced=paced, per=per)
         if room <= 0:
             self._senders.starved = True
-            return 0, self.settings.poll_s, _NONE
+            book.served(key, 0, drained=False)  # to the back: the next key may be unpaced
+            return 0
         circuits = self.circuits  # not closed: its probe is due (else the round passed it)
         probing = not (circuits.all_closed or circuits.is_closed(provider_id))
         reserved_at = self._clock.monotonic()
-        asked = 1 if probing else (room if room < due.due else due.due)
+        due = book.due[key]
+        asked = 1 if probing else (room if room < due else due)
         reservation = await self._limiter.reserve(route.buckets, asked)
         if reservation.granted == 0:
-            wait_s = reservation.wait_s
-            wait_s = wait_s if wait_s < self.settings.poll_s else self.settings.poll_s
-            self._not_before[key] = self._clock.monotonic() + wait_s
-            return 0, reservation.wait_s, reservation
+            self._held(key, reservation, served=False)
+            return 0
         if probing and not await self.circuits.take_probe(provider_id):
             await self._limiter.refund(reservation, reservation.granted)
-            return 0, self.settings.poll_s, reservation  # another worker probes it
+            book.served(key, 0, drained=False)  # another worker probes it
+            return 0
         claimed = await self._store.queue.claim(
             tenant_id,
             provider_id,
@@ -294,21 +306,36 @@ class Dispatcher:
             leased, taken_at = await self._retake(reservation, claimed, reserved_at)
         if probing:
             await self.circuits.probing(provider_id, leased)
-        left = due.due - len(leased) if len(leased) == reservation.granted else 0
-        self._due[key] = DueKey(tenant_id, provider_id, left, due.next_available_at)
-        if left == 0:
-            self._drained.add(key)  # drained, or the count was off: look again next round
-            self._keys = None
-        self._last = key
+        # Fewer rows than tokens: none is due now (a retake that fell short released rows
+        # that are still due: the key waits for tokens instead).
+        drained = len(claimed) < reservation.granted
+        book.served(key, len(leased), drained=drained)
         for first in range(0, len(leased), per):  # a parcel of one (the most) is not sliced
             parcel = leased if len(leased) == 1 else leased[first : first + per]
             self._work.put(key, parcel, taken_at, paced=paced)
-        if left and reservation.granted < asked:  # its buckets ran dry: not before they refill
-            wait_s = reservation.wait_s
-            wait_s = wait_s if wait_s < self.settings.poll_s else self.settings.poll_s
-            self._not_before[key] = self._clock.monotonic() + wait_s
-            return len(leased), wait_s, reservation
-        return len(leased), 0.0 if left else self.settings.poll_s, reservation
+        if not drained and (reservation.granted < asked or len(leased) < len(claimed)):
+            self._held(key, reservation, served=True)  # its buckets ran dry
+        return len(leased)
+
+    def _held(self, key: Key, reservation: Reservation, *, served: bool) -> None:
+        """``key``'s buckets granted less than asked: a provider's bucket holds the provider's
+        whole line (the key keeps its place unless ``served``), the tenant's or the pair's
+        holds the key alone, until they grant again."""
+        book = self._book
+        mono = self._clock.monotonic()
+        own_s = None
+        for i, bucket in enumerate(reservation.held_by):
+            for_s = reservation.held_for_s[i] if i < len(reservation.held_for_s) else 0.0
+            if bucket.scope is BucketScope.PROVIDER:
+                book.hold_provider(key[1], mono + _capped(for_s, self.settings.poll_s))
+            elif own_s is None or for_s > own_s:
+                own_s = for_s
+        if own_s is None and not reservation.held_by:
+            own_s = reservation.wait_s  # the limiter did not say which: the key waits
+        if own_s is not None:
+            book.wait(key, mono + _capped(own_s, _LONGEST_WAIT_S))
+        elif not served:
+            return  # held by its provider alone: first in line when it refills
 
     async def _retake(
         self, reservation: Reservation, claimed: list[Leased], reserved_at: float
@@ -324,10 +351,7 @@ class Dispatcher:
             # taken are the ones a retake would take; only the unused ones go back.
             if len(claimed) < reservation.granted:
                 await self._limiter.refund(reservation, reservation.granted - len(claimed))
-                self._not_before.clear()
             return claimed, reserved_at
-        if len(claimed) < reservation.granted:
-            self._not_before.clear()  # tokens go back that other keys may take now
         taken_at = self._clock.monotonic()  # the earliest the tokens can be taken
         if not claimed:
             await self._limiter.refund(reservation, reservation.granted)
@@ -353,7 +377,7 @@ class Dispatcher:
         await self._completer.flush()
 
     def _account(self, batch: Sequence[Completion], applied: Sequence[bool]) -> None:
-        requeued = False
+        book, now = self._book, self._clock.wall()
         for i, completion in enumerate(batch):  # one answer per completion, by index
             if not applied[i]:
                 self._telemetry.count("takeovers")
@@ -361,9 +385,15 @@ class Dispatcher:
             self._telemetry.completed(completion, self._dir.tenants, self._dir.providers)
             if completion.state is NotificationState.DELIVERED:
                 self.delivered += 1
-            requeued |= completion.state is NotificationState.QUEUED
-        if requeued:
-            self.wake()
+            elif completion.state is NotificationState.QUEUED:  # counted in: no look needed
+                leased = completion.leased
+                key = (leased.tenant_id, leased.provider_id)
+                at = completion.available_at
+                if at is None or at <= now:
+                    book.add(key, 1)
+                else:
+                    book.later(key, at)
+                self._wake.set()
 
     # -- stopping ---------------------------------------------------------------------------
 

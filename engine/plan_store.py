@@ -218,8 +218,11 @@ class MemoryQueue:
             due = min(len(self._due.get(key, ())), DUE_CAP)
             later = self._later.get(key)
             next_at = now if due or not later else later[0][0]
-            found.append(DueKey(key[0], key[1], due, next_at))
+            found.append(DueKey(key[0], key[1], due, next_at, queued))
         return found
+
+    async def queued_counts(self) -> dict[Key, int]:
+        return {key: n for key, n in self._queued.items() if n > 0}
 
     async def claim(
         self, tenant_id: int, provider_id: int, n: int, *, owner: str, lease_s: float, now: float

@@ -45,23 +45,18 @@ async def test_a_store_outage_backs_off_slower_and_slower_then_carries_on(
 ) -> None:
     engine = await engines.open(EngineSettings(dispatch=DispatcherSettings(poll_s=60.0)))
     await setup(engine)
-    real, failing = engine.store.queue.due_keys, 6
+    real, failing = engine.store.queue.queued_counts, 6
     looks: list[float] = []
 
-    async def due_keys(
-        now: float,
-        tenant_ids: Sequence[int] | None = None,
-        *,
-        keys: Sequence[tuple[int, int]] | None = None,
-    ) -> list[DueKey]:
+    async def queued_counts() -> dict[tuple[int, int], int]:
         nonlocal failing
         looks.append(engines.clock.monotonic())
         if failing:
             failing -= 1
             raise down()
-        return await real(now, tenant_ids, keys=keys)
+        return await real()
 
-    monkeypatch.setattr(engine.store.queue, "due_keys", due_keys)
+    monkeypatch.setattr(engine.store.queue, "queued_counts", queued_counts)
     sleeps: list[float] = []
     engine.dispatcher.on_wait = sleeps.append
     await engine.start()
@@ -159,30 +154,35 @@ async def test_stopping_waits_for_a_hung_send_only_so_long_and_gives_it_back(
 async def test_a_retry_that_falls_due_while_the_dispatcher_looks_is_not_left_for_the_poll(
     engines: VirtualEngines, script: Script, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The store answers each look for due work 0.2 s late. The failed send is written back
-    at once, due 0.3 s later; the look that begins after that (at 0.2 s, the first began with
-    the send) sees it not yet due and answers at 0.4 s, when it is. It must go out then, not
-    wait for the poll (60 s)."""
+    """The store answers each look 0.2 s late. The failed send is written back at once, due
+    0.3 s later: the dispatcher counts it in from its own outcome (no look needed) and sends
+    it when it falls due, not at the poll (60 s) nor after a late look."""
     retry = RetryPolicy(base_s=0.3, jitter=0.0)
     settings = DispatcherSettings(poll_s=60.0, retry=retry)
     engine = await engines.open(EngineSettings(dispatch=settings))
     script.answers.append(SendResult.transient("503"))
     await setup(engine)
-    real = engine.store.queue.due_keys
+    real_counts, real_keys = engine.store.queue.queued_counts, engine.store.queue.due_keys
 
-    async def slow(
+    async def slow_counts() -> dict[tuple[int, int], int]:
+        found = await real_counts()
+        await engines.clock.sleep(0.2)
+        return found
+
+    async def slow_keys(
         now: float,
         tenant_ids: Sequence[int] | None = None,
         *,
         keys: Sequence[tuple[int, int]] | None = None,
     ) -> list[DueKey]:
-        found = await real(now, tenant_ids, keys=keys)
+        found = await real_keys(now, tenant_ids, keys=keys)
         await engines.clock.sleep(0.2)
         return found
 
-    monkeypatch.setattr(engine.store.queue, "due_keys", slow)
+    monkeypatch.setattr(engine.store.queue, "queued_counts", slow_counts)
+    monkeypatch.setattr(engine.store.queue, "due_keys", slow_keys)
     await engine.start()
     await engines.until_empty(engine)
 
     first, second = script.calls
-    assert second.at_s - first.at_s == pytest.approx(0.4 + 0.2, abs=0.01)  # one more look
+    assert second.at_s - first.at_s == pytest.approx(0.3, abs=0.01)  # when it fell due

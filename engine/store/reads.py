@@ -6,6 +6,7 @@ reads one bounded range of an index per tenant or key, however many rows the sto
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -26,6 +27,7 @@ _QUEUED = NotificationState.QUEUED.value
 _LEASED = NotificationState.LEASED.value
 DUE_CAP = 1024  # due rows counted per key and refresh; the dispatcher needs at least a batch
 _KEYS_PER_QUERY = 100  # keys probed per UNION ALL (SQLite allows 500 terms in a compound)
+_PROBE_SIZES = (1, 4, 16, 50, _KEYS_PER_QUERY)  # the UNION ALLs built (and compiled) once each
 
 
 class QueueReads:
@@ -44,8 +46,10 @@ class QueueReads:
     ) -> list[DueKey]:
         """Every (tenant, provider) with queued work, or only those of ``keys`` that have
         some: how much is due now (counted up to ``DUE_CAP``: the dispatcher only needs to
-        know there is at least a batch), and when the next falls due. Reads the counts (all
-        keys) and, per key, at most ``DUE_CAP`` index entries, however deep the queue."""
+        know there is at least a batch), when the next falls due, and its queued rows in the
+        kept counts. Reads the counts (all keys) and, per key, at most ``DUE_CAP`` index
+        entries, however deep the queue. The dispatcher asks for ``keys`` only (those whose
+        count ran out); a look at every key is for tools and tests."""
 
         async def tx(conn: AsyncConnection) -> list[DueKey]:
             probed = list(keys) if keys is not None else None
@@ -54,17 +58,31 @@ class QueueReads:
             probed = [(t, p) for t, p in probed if tenant_ids is None or t in tenant_ids]
             found: list[DueKey] = []
             for start in range(0, len(probed), _KEYS_PER_QUERY):
-                query = sa.union_all(
-                    *(_due_probe(t, p, now) for t, p in probed[start : start + _KEYS_PER_QUERY])
-                )
+                chunk = probed[start : start + _KEYS_PER_QUERY]
+                # Padded with its last key to one of a few sizes: each size is compiled once.
+                size = next(n for n in _PROBE_SIZES if n >= len(chunk))
+                chunk += [chunk[-1]] * (size - len(chunk))
+                params: dict[str, Any] = {"now": now}
+                for i, (t, p) in enumerate(chunk):
+                    params[f"t{i}"], params[f"p{i}"] = t, p
+                rows = await conn.execute(_due_probes(size), params)
                 found.extend(
-                    DueKey(r[0], r[1], int(r[2]), float(r[3]))
-                    for r in await conn.execute(query)
+                    DueKey(r[0], r[1], int(r[2]), float(r[3]), int(r[4] or 0))
+                    for r in rows
                     if r[3] is not None  # the count ran ahead of a concurrent claim
                 )
-            return found
+            return list({(d.tenant_id, d.provider_id): d for d in found}.values())
 
         return await self._db.read(tx) if tenant_ids is None or tenant_ids else []
+
+    async def queued_counts(self) -> dict[tuple[int, int], int]:
+        """Queued rows per (tenant, provider) with any, from the kept counts: one read of
+        ``queue_counts`` (its rows in the queued state), however deep the queue."""
+
+        async def tx(conn: AsyncConnection) -> dict[tuple[int, int], int]:
+            return {(r[0], r[1]): int(r[2]) for r in await conn.execute(_QUEUED_COUNTS)}
+
+        return await self._db.read(tx)
 
     async def providers_with_work(self) -> dict[int, bool]:
         """Each provider with queued or leased notifications, and whether any are leased (in
@@ -242,6 +260,14 @@ class QueueReads:
         return await self._db.read(tx)
 
 
+_QUEUED_COUNTS = (
+    sa.select(queue_counts.c.tenant_id, queue_counts.c.provider_id, sa.func.sum(queue_counts.c.n))
+    .where(queue_counts.c.state == _QUEUED)
+    .group_by(queue_counts.c.tenant_id, queue_counts.c.provider_id)
+    .having(sa.func.sum(queue_counts.c.n) > 0)
+)
+
+
 async def _counts(conn: AsyncConnection) -> list[tuple[int, int, str, int]]:
     """(tenant, provider, state, rows) with rows != 0, summed over the shards."""
     C = queue_counts
@@ -253,10 +279,20 @@ async def _counts(conn: AsyncConnection) -> list[tuple[int, int, str, int]]:
     return [(r[0], r[1], r[2], int(r[3])) for r in await conn.execute(query)]
 
 
-def _due_probe(tenant_id: int, provider_id: int, now: float) -> sa.Select[Any]:
+@functools.lru_cache(maxsize=len(_PROBE_SIZES))
+def _due_probes(n: int) -> sa.CompoundSelect[Any]:
+    """The look at ``n`` keys (bound as ``t0, p0, ...``, and ``now``), built once per ``n``:
+    SQLAlchemy then finds its compiled form in its cache instead of building it per look."""
+    return sa.union_all(*(_due_probe(i) for i in range(n)))
+
+
+def _due_probe(i: int) -> sa.Select[Any]:
     """One key's capped count of due rows and its earliest ``available_at``, each a range of
-    ``ix_notifications_queued_due``."""
-    key = (N.c.state == _QUEUED) & (N.c.tenant_id == tenant_id) & (N.c.provider_id == provider_id)
+    ``ix_notifications_queued_due``, and its queued rows in the kept counts."""
+    tenant = sa.bindparam(f"t{i}", type_=sa.Integer)
+    provider = sa.bindparam(f"p{i}", type_=sa.Integer)
+    now = sa.bindparam("now", type_=sa.Double)
+    key = (N.c.state == _QUEUED) & (N.c.tenant_id == tenant) & (N.c.provider_id == provider)
     # Ordered as the index is, so that Postgres walks it rather than the whole table.
     capped = (
         sa.select(N.c.id)
@@ -267,9 +303,13 @@ def _due_probe(tenant_id: int, provider_id: int, now: float) -> sa.Select[Any]:
     )
     due = sa.select(sa.func.count()).select_from(capped).scalar_subquery()
     first = sa.select(sa.func.min(N.c.available_at)).where(key).scalar_subquery()
-    return sa.select(
-        sa.literal(tenant_id, sa.Integer), sa.literal(provider_id, sa.Integer), due, first
+    C = queue_counts
+    counted = (
+        sa.select(sa.func.sum(C.c.n))
+        .where((C.c.tenant_id == tenant) & (C.c.provider_id == provider) & (C.c.state == _QUEUED))
+        .scalar_subquery()
     )
+    return sa.select(tenant, provider, due, first, counted)
 
 
 def _from_state(tenant_id: int, state: str, after_id: int) -> sa.ColumnElement[bool]:

@@ -157,6 +157,7 @@ class DueKey:
     provider_id: int
     due: int
     next_available_at: float
+    queued: int | None = None  # its queued rows in the kept counts, when the look read them
 
 
 @dataclass(frozen=True, slots=True)

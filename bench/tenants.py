@@ -1,0 +1,202 @@
+"""Throughput against the limits as the tenants grow: 10, 100, 1,000 and 10,000 tenants.
+
+N tenants at 20/s (burst 10); three ``simulated`` providers (5 ms) sharing 2,000/s (667/s
+each, burst 50); a backlog spread evenly over every (tenant, provider), deep enough to last the
+run; one ``omnipost worker --concurrency 32 --duration D`` process. Measured: the steady rate
+over the second half of its deliveries (from ``delivery_log``) against what the limits allow,
+``min(N x 20/s, 2,000/s)``, and the worker's CPU seconds per delivered notification (its
+rusage). The tenants and the backlog are written before the worker starts (not timed).
+
+    .venv/bin/python bench/tenants.py [--tenants 10,100,1000,10000] [--stores sqlite,postgres]
+        [--limiter local,redis] [--duration 16] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.cli_support, app
+
+import asyncpg
+from _common import REDIS, asyncpg_dsn, emit, fresh_pg, log_level_warning, parser, pg_reachable
+
+from engine import (
+    BUILTIN_KINDS,
+    Engine,
+    Limit,
+    LocalLimiter,
+    SecretBox,
+    Store,
+    SystemClock,
+    TenantSpec,
+)
+from tests.cli_support import REPO, clean_env
+
+TENANT_LIMIT = Limit(20.0, 10.0)
+PROVIDERS = ("sim-a", "sim-b", "sim-c")
+PROVIDER_LIMIT = Limit(2000.0 / len(PROVIDERS), 50.0)
+CONCURRENCY = 32
+
+
+def allowed_per_s(tenants: int) -> float:
+    return min(tenants * TENANT_LIMIT.rate_per_s, PROVIDER_LIMIT.rate_per_s * len(PROVIDERS))
+
+
+async def prepare(url: str, key: str, tenants: int, duration_s: float) -> dict[str, Any]:
+    """Migrate; add the providers, the tenants and a backlog of 1.3 x what the run can send."""
+    per_key = max(1, round(allowed_per_s(tenants) * duration_s * 1.3 / (tenants * 3)))
+    t0 = time.perf_counter()
+    async with Store(url, SecretBox([key])) as store:
+        await store.migrate()
+        async with Engine(store, LocalLimiter(SystemClock()), BUILTIN_KINDS) as engine:
+            for name in PROVIDERS:
+                await engine.add_provider(name, "simulated", PROVIDER_LIMIT, {"latency_ms": "5"})
+            await _add_tenants(engine, tenants)
+            setup_s = time.perf_counter() - t0
+            for i in range(tenants):
+                items = [
+                    (p, f"user{j}@example.com", {"j": j}, f"{p}-{j}", 0)
+                    for p in PROVIDERS
+                    for j in range(per_key)
+                ]
+                await engine.enqueue_many(f"t{i:05d}", items)
+    return {
+        "backlog": per_key * tenants * 3,
+        "setup_s": round(setup_s, 1),
+        "fill_s": round(time.perf_counter() - t0 - setup_s, 1),
+    }
+
+
+async def _add_tenants(engine: Engine, tenants: int) -> None:
+    specs = [TenantSpec(f"t{i:05d}", TENANT_LIMIT) for i in range(tenants)]
+    await engine.import_tenants(specs)
+
+
+def run_worker(url: str, key: str, redis_url: str | None, duration_s: float) -> dict[str, Any]:
+    """One worker for ``duration_s``; returns its CPU seconds and exit status."""
+    env = clean_env(Path(tempfile.mkdtemp(prefix="omnipost-tenants-")), OMNIPOST_KEYS=key)
+    args = ["--db", url, "--concurrency", str(CONCURRENCY), "--duration", str(duration_s)]
+    if redis_url:
+        args += ["--redis", redis_url]
+    command = [sys.executable, "-m", "app", "worker", "--quiet", *args]
+    proc = subprocess.Popen(
+        command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    assert proc.stdout is not None
+    output = proc.stdout.read().decode(errors="replace")
+    _pid, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"the worker failed:\n{output}")
+    return {"cpu_s": usage.ru_utime + usage.ru_stime}
+
+
+async def delivered_ts(url: str) -> list[float]:
+    """Every delivery's time, read straight from ``delivery_log`` (not through the engine)."""
+    query = "SELECT ts FROM delivery_log WHERE outcome = 'delivered' ORDER BY ts"
+    if url.startswith("sqlite:///"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            return [float(r[0]) for r in conn.execute(query)]
+    conn = await asyncpg.connect(asyncpg_dsn(url), timeout=5)
+    try:
+        return [float(r[0]) for r in await conn.fetch(query)]
+    finally:
+        await conn.close()
+
+
+def steady_rate(ts: Sequence[float]) -> float:
+    """Deliveries per second over the second half of the span of ``ts``."""
+    if len(ts) < 4:
+        return 0.0
+    mid = ts[0] + (ts[-1] - ts[0]) / 2
+    late = [t for t in ts if t >= mid]
+    return len(late) / max(ts[-1] - mid, 1e-9)
+
+
+async def one_run(
+    store_kind: str, tenants: int, limiter: str, duration_s: float, tmp: Path
+) -> dict[str, Any]:
+    key = SecretBox.generate_key()
+    redis_url = REDIS if limiter == "redis" else None
+    if redis_url:
+        await _flush_redis(redis_url)
+    if store_kind == "sqlite":
+        url = f"sqlite:///{tmp / f'tenants-{tenants}-{limiter}.db'}"
+        return await _measure(url, key, tenants, redis_url, duration_s)
+    async with fresh_pg(f"tenants{tenants}") as url:
+        return await _measure(url, key, tenants, redis_url, duration_s)
+
+
+async def _measure(
+    url: str, key: str, tenants: int, redis_url: str | None, duration_s: float
+) -> dict[str, Any]:
+    prepared = await prepare(url, key, tenants, duration_s)
+    worker = await asyncio.to_thread(run_worker, url, key, redis_url, duration_s)
+    ts = await delivered_ts(url)
+    rate = steady_rate(ts)
+    allowed = allowed_per_s(tenants)
+    return {
+        **prepared,
+        "delivered": len(ts),
+        "steady_per_s": round(rate),
+        "allowed_per_s": round(allowed),
+        "ratio": round(rate / allowed, 3),
+        "cpu_ms_per_delivered": round(worker["cpu_s"] * 1000 / max(len(ts), 1), 3),
+    }
+
+
+async def _flush_redis(url: str) -> None:
+    from redis.asyncio import Redis
+
+    client = Redis.from_url(url)
+    try:
+        async for name in client.scan_iter(match="omnipost:*", count=1000):
+            await client.delete(name)
+    finally:
+        await client.aclose()
+
+
+async def main(args: Any) -> dict[str, Any]:
+    counts = [int(n) for n in args.tenants.split(",")]
+    stores = args.stores.split(",")
+    if "postgres" in stores and not await pg_reachable():
+        raise SystemExit("bench/tenants.py --stores postgres needs PostgreSQL")
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="omnipost-tenants-") as tmp:
+        for limiter in args.limiter.split(","):
+            for store_kind in stores:
+                for n in counts:
+                    run = await one_run(store_kind, n, limiter, args.duration, Path(tmp))
+                    runs.append({"store": store_kind, "limiter": limiter, "tenants": n, **run})
+                    print(runs[-1], file=sys.stderr)
+    return {
+        "benchmark": "tenants",
+        "duration_s": args.duration,
+        "tenant_limit": {"rate_per_s": TENANT_LIMIT.rate_per_s, "burst": TENANT_LIMIT.burst},
+        "providers": len(PROVIDERS),
+        "provider_limit": {
+            "rate_per_s": round(PROVIDER_LIMIT.rate_per_s, 1),
+            "burst": PROVIDER_LIMIT.burst,
+        },
+        "concurrency": CONCURRENCY,
+        "runs": runs,
+    }
+
+
+if __name__ == "__main__":
+    p = parser(__doc__)
+    p.add_argument("--tenants", default="10,100,1000,10000")
+    p.add_argument("--stores", default="sqlite,postgres")
+    p.add_argument("--limiter", default="local,redis")
+    p.add_argument("--duration", type=float, default=16.0)
+    cli = p.parse_args()
+    log_level_warning()
+    emit(asyncio.run(main(cli)), cli.out)
