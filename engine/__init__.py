@@ -39,6 +39,7 @@ from engine.errors import (
     StoreError,
     StoreUnavailable,
 )
+from engine.glance_model import BucketPick, BucketPicks, QueueTotals, SnapshotView
 from engine.health import CircuitState, ProviderHealth
 from engine.limiter import Limiter, Reservation
 from engine.local_limiter import LocalLimiter
@@ -108,6 +109,8 @@ __all__ = [
     "BacklogTraffic",
     "BucketKey",
     "BucketLevel",
+    "BucketPick",
+    "BucketPicks",
     "BurstTraffic",
     "CircuitState",
     "Clock",
@@ -144,6 +147,7 @@ __all__ = [
     "ProviderPlan",
     "ProviderRecord",
     "PruneReport",
+    "QueueTotals",
     "RedisLimiter",
     "ReplayTraffic",
     "Reservation",
@@ -155,6 +159,7 @@ __all__ = [
     "SendResult",
     "SimulationProgress",
     "Snapshot",
+    "SnapshotView",
     "Store",
     "StoreError",
     "StoreSize",

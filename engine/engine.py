@@ -26,6 +26,9 @@ from engine.clock import Clock
 from engine.config_api import ConfigApi
 from engine.domain import NotificationState, Outcome
 from engine.errors import OmniPostError
+from engine.glance import Glance
+from engine.glance_api import GlanceApi
+from engine.glance_model import SnapshotView
 from engine.health_api import HealthApi
 from engine.keys_api import KeysApi
 from engine.limiter import Limiter
@@ -55,7 +58,7 @@ class EngineState(enum.StrEnum):
     FAILED = "failed"
 
 
-class Engine(ConfigApi, NotificationsApi, RetentionApi, KeysApi, HealthApi, PlanApi):
+class Engine(ConfigApi, NotificationsApi, RetentionApi, KeysApi, HealthApi, PlanApi, GlanceApi):
     def __init__(
         self,
         store: Store,
@@ -79,6 +82,7 @@ class Engine(ConfigApi, NotificationsApi, RetentionApi, KeysApi, HealthApi, Plan
         self._tasks: list[asyncio.Task[None]] = []
         self._started_at = 0.0
         self._stopped = asyncio.Event()
+        self._glance = Glance()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -304,9 +308,16 @@ class Engine(ConfigApi, NotificationsApi, RetentionApi, KeysApi, HealthApi, Plan
         """How many sends ended in each outcome, by any worker, in the last ``window_s``."""
         return await self.store.stats.outcomes_since(self.clock.wall() - window_s)
 
-    async def snapshot(self, *, with_workers: bool = False) -> Snapshot:
-        """This engine's figures now, and the queue of every tenant; ``with_workers`` also
-        lists the live workers' ids (one more read of the store)."""
+    async def snapshot(
+        self, *, with_workers: bool = False, view: SnapshotView | None = None
+    ) -> Snapshot:
+        """This engine's figures now. Without ``view``: the queue of every tenant and every
+        bucket's level (``omnipost stats``, the metrics), a cost that grows with the tenants.
+        With ``view``: only what it shows (``engine.glance``): picked buckets, the named and
+        deepest tenants, totals read every ``view.totals_every_s``; a cost that follows the
+        view. ``with_workers`` also lists the live workers' ids (one more read of the store)."""
+        if view is not None:
+            return await self._glanced(view, with_workers)
         depth = await self.store.queue.depth()
         now = self.clock.wall()
         workers = [w.id for w in await self.workers()] if with_workers else []
@@ -324,6 +335,39 @@ class Engine(ConfigApi, NotificationsApi, RetentionApi, KeysApi, HealthApi, Plan
             workers=workers,
             failure=self.failure,
             health=self.dispatcher.circuits.view(),
+        )
+
+    async def _glanced(self, view: SnapshotView, with_workers: bool) -> Snapshot:
+        directory = self.directory
+        read = await self._glance.read(
+            view,
+            store=self.store,
+            limiter=self.limiter,
+            activity=self.telemetry.activity,
+            limits=directory.limits,
+            tenants=directory.tenants,
+            providers=[p.name for p in directory.providers.values()],
+            now=self.clock.monotonic(),
+            wall=self.clock.wall(),
+        )
+        workers = [w.id for w in await self.workers()] if with_workers else []
+        return build_snapshot(
+            now=self.clock.wall(),
+            depth_rows=read.depth_rows,
+            tenant_names=read.tenant_names,
+            telemetry=self.telemetry,
+            buckets=read.levels,
+            state=self.state,
+            worker_id=self.worker_id,
+            concurrency=self.dispatcher.concurrency,
+            inflight=self.dispatcher.inflight,
+            limiter_backend=self.limiter_backend,
+            workers=workers,
+            failure=self.failure,
+            health=self.dispatcher.circuits.view(),
+            picks=read.picks,
+            queue=read.queue,
+            deepest=read.deepest,
         )
 
     # -- simulation -------------------------------------------------------------------------

@@ -8,8 +8,10 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from engine.activity import Activity
 from engine.clock import Clock
 from engine.domain import BucketLevel, NotificationState, Outcome
+from engine.glance_model import BucketPicks, QueueTotals
 from engine.health import ProviderHealth
 from engine.store.records import Completion, DepthRow, ProviderRecord, TenantRecord
 
@@ -24,6 +26,7 @@ __all__ = [
     "TenantDepth",
     "build_snapshot",
     "percentile",
+    "summed",
     "tenant_depths",
 ]
 
@@ -112,6 +115,13 @@ class Snapshot:
     outcomes: tuple[PairCounts, ...] = ()
     send_durations: tuple[Histogram, ...] = ()
     delivery_latencies: tuple[Histogram, ...] = ()
+    # A snapshot taken with a view (``Engine.snapshot(view=...)``): the buckets it picked
+    # (``buckets`` then holds only those and the named tenants'), the queue over every tenant,
+    # and the deepest tenants (``depth`` then holds those and the named ones). ``outcomes``
+    # (one per tenant and provider) is left empty then.
+    picks: BucketPicks | None = None
+    queue: QueueTotals | None = None
+    deepest: tuple[TenantDepth, ...] = ()
 
 
 def percentile(sorted_values: list[float], q: float) -> float | None:
@@ -148,7 +158,8 @@ class _Buckets:
 class Telemetry:
     """Counts outcomes per second over a short window, and recent delivery latencies; and,
     since it was made, outcomes per (tenant, provider) and histograms per provider. Memory is
-    bounded by the configured tenants and providers, never by the traffic."""
+    bounded by the configured tenants and providers, never by the traffic. ``activity`` keeps
+    the pairs that completed sends last (bounded by its capacity alone)."""
 
     def __init__(self, clock: Clock, *, latency_window: int = 4096) -> None:
         self._clock = clock
@@ -159,6 +170,7 @@ class Telemetry:
         self._sends: dict[str, _Buckets] = {}
         self._deliveries: dict[str, _Buckets] = {}
         self.loop_lag_s = 0.0
+        self.activity = Activity()  # the pairs that sent last: what a view's snapshot reads
 
     def record(
         self,
@@ -204,6 +216,7 @@ class Telemetry:
         )
         dead = completion.state is NotificationState.DEAD
         self.record(completion.outcome, dead=dead, latency_s=completion.latency_s, pair=pair)
+        self.activity.touch(pair[0], pair[1], self._clock.monotonic())
 
     def observe_send(self, provider: str, duration_s: float) -> None:
         """One provider call took ``duration_s``, whatever its outcome."""
@@ -303,11 +316,16 @@ def build_snapshot(
     workers: Iterable[str] = (),
     failure: str | None = None,
     health: Iterable[ProviderHealth] = (),
+    picks: BucketPicks | None = None,
+    queue: QueueTotals | None = None,
+    deepest: tuple[TenantDepth, ...] = (),
 ) -> Snapshot:
     """One engine's figures at ``now`` (unix s): the queue from the store's depth rows (see
     ``tenant_depths``), rates and latencies from ``telemetry`` as its clock reads now, and the
-    rest as given. Reads nothing else."""
+    rest as given. Reads nothing else. Without ``queue`` (a snapshot of every tenant) the
+    totals are summed from the depth rows; with it (a view's) ``outcomes`` stay empty."""
     p50, p95, p99 = telemetry.latency_percentiles()
+    depth = tenant_depths(depth_rows, tenant_names, now)
     return Snapshot(
         ts=now,
         state=state,
@@ -316,7 +334,7 @@ def build_snapshot(
         inflight=inflight,
         limiter_backend=limiter_backend,
         buckets=tuple(buckets),
-        depth=tenant_depths(depth_rows, tenant_names, now),
+        depth=depth,
         totals=telemetry.totals(),
         delivered_per_s=telemetry.rate_per_s(Outcome.DELIVERED),
         throttled_per_s=telemetry.rate_per_s(Outcome.THROTTLED),
@@ -328,7 +346,25 @@ def build_snapshot(
         workers=tuple(workers),
         failure=failure,
         health=tuple(health),
-        outcomes=telemetry.pair_counts(),
+        outcomes=telemetry.pair_counts() if queue is None else (),
         send_durations=telemetry.send_durations(),
         delivery_latencies=telemetry.delivery_latencies(),
+        picks=picks,
+        queue=queue if queue is not None else summed(depth, now),
+        deepest=deepest,
+    )
+
+
+def summed(depth: Iterable[TenantDepth], now: float) -> QueueTotals:
+    """The totals of ``depth`` rows (every tenant's, for a full snapshot), read at ``now``."""
+    rows = list(depth)
+    ages = [d.oldest_queued_age_s for d in rows if d.oldest_queued_age_s is not None]
+    return QueueTotals(
+        queued=sum(d.queued for d in rows),
+        leased=sum(d.leased for d in rows),
+        delivered=sum(d.delivered for d in rows),
+        dead=sum(d.dead for d in rows),
+        tenants_queued=sum(1 for d in rows if d.queued),
+        oldest_queued_age_s=max(ages, default=None),
+        read_at=now,
     )

@@ -19,6 +19,7 @@ from engine.crypto import SecretBox
 from engine.errors import StoreError
 from engine.store.config import ConfigRepo
 from engine.store.database import Database, masked_url, normalize_url
+from engine.store.glance import GlanceReads
 from engine.store.health import HealthRepo
 from engine.store.maintenance import MaintenanceRepo
 from engine.store.notify import listen
@@ -49,6 +50,7 @@ class Store:
         self.health = HealthRepo(self._db)
         self.maintenance = MaintenanceRepo(self._db)
         self.rotation = RotationRepo(self._db, box)
+        self.glance = GlanceReads(self._db, box)  # a console's reads over many tenants
 
     @property
     def dialect(self) -> str:

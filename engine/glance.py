@@ -1,0 +1,234 @@
+"""A snapshot whose cost follows what a console shows, not the number of tenants.
+
+``Engine.snapshot(view=SnapshotView(...))`` comes here. Per snapshot it reads:
+
+- bucket levels of a bounded set of keys only: the buckets of the pairs that sent last
+  (``Telemetry.activity``; a bucket untouched for burst / rate seconds is full, so the
+  emptiest are among these), last snapshot's emptiest, the providers', the busiest by the
+  activity's rates, those matching the view's name filter (at most ``matched``) and the named
+  tenants' own; through ``levels(keys)`` where the limiter has it;
+- the depth of the named tenants and of the deepest ones: their rows of the kept counts and
+  one index entry each (``GlanceReads.depth_of``);
+- every ``totals_every_s``: the totals and the choice of the deepest tenants
+  (``GlanceReads.overview``, a pass over the kept counts inside the database).
+
+The name filter's matches are worked out once per filter text and configuration.
+"""
+
+from __future__ import annotations
+
+import heapq
+import inspect
+import math
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from engine.activity import Activity
+from engine.domain import BucketKey, BucketLevel, Limit, NotificationState
+from engine.glance_model import BucketPick, BucketPicks, QueueTotals, SnapshotView
+from engine.limiter import Limiter
+from engine.store import DepthRow, Store, TenantRecord
+from engine.store.glance import QueueOverview
+from engine.telemetry import TenantDepth, tenant_depths
+
+__all__ = ["Glance", "GlanceRead", "candidates", "levels_of", "pick_buckets"]
+
+RECENT_PAIRS = 256  # pairs that sent last whose buckets are read for the emptiest
+FULL = 0.999  # a bucket at least this full is not "emptiest"
+
+
+@dataclass(frozen=True, slots=True)
+class GlanceRead:
+    """What one view's snapshot read: depth rows of the tenants it covers and their names,
+    the levels to show, the picks, the totals and the deepest tenants."""
+
+    depth_rows: list[DepthRow]
+    tenant_names: dict[int, str]
+    levels: tuple[BucketLevel, ...]
+    picks: BucketPicks
+    queue: QueueTotals
+    deepest: tuple[TenantDepth, ...]
+
+
+_TAKES_KEYS: dict[type, bool] = {}
+
+
+async def levels_of(limiter: Limiter, keys: Collection[BucketKey]) -> list[BucketLevel]:
+    """The levels of the configured buckets among ``keys``: ``limiter.levels(keys)`` (a cost
+    proportional to ``len(keys)``), or every level filtered where the limiter cannot yet
+    take keys."""
+    kind = type(limiter)
+    takes = _TAKES_KEYS.get(kind)
+    if takes is None:
+        takes = _TAKES_KEYS[kind] = "keys" in inspect.signature(limiter.levels).parameters
+    levels: Callable[..., Awaitable[list[BucketLevel]]] = limiter.levels
+    if takes:
+        return list(await levels(list(keys)))
+    wanted = set(keys)
+    return [level for level in await levels() if level.key in wanted]
+
+
+def candidates(
+    activity: Activity,
+    limits: Mapping[BucketKey, Limit],
+    now: float,
+    recent: int = RECENT_PAIRS,
+) -> set[BucketKey]:
+    """The configured buckets of the ``recent`` pairs that sent last which may not be full
+    yet: taken from less than burst / rate seconds before ``now`` (monotonic s)."""
+    found: set[BucketKey] = set()
+    for last, keys in activity.recent(recent):
+        for key in keys:
+            limit = limits.get(key)
+            if limit is not None and now - last < limit.burst / limit.rate_per_s:
+                found.add(key)
+    return found
+
+
+def pick_buckets(
+    levels: Iterable[BucketLevel],
+    rates: Mapping[BucketKey, float],
+    view: SnapshotView,
+    matched: Sequence[BucketKey] = (),
+    matching_total: int = 0,
+    configured: int = 0,
+) -> BucketPicks:
+    """From ``levels`` read: the ``view.emptiest`` lowest that are not full (blocked ones
+    first, then by fill, then by name), the ``view.busiest`` with the most sends per second
+    in ``rates`` (ties by name), and the levels of ``matched`` (emptiest first)."""
+    by_key = {level.key: level for level in levels}
+
+    def pick(level: BucketLevel) -> BucketPick:
+        return BucketPick(level, rates.get(level.key, 0.0))
+
+    low = [lv for lv in by_key.values() if lv.fill < FULL or lv.blocked_for_s > 0]
+    emptiest = heapq.nsmallest(
+        view.emptiest, low, key=lambda lv: (lv.blocked_for_s <= 0, lv.fill, str(lv.key))
+    )
+    busy = [k for k, rate in rates.items() if rate > 0 and k in by_key]
+    busiest = heapq.nsmallest(view.busiest, busy, key=lambda k: (-rates[k], str(k)))
+    shown = [by_key[k] for k in matched if k in by_key]
+    shown.sort(key=lambda lv: (lv.blocked_for_s <= 0, lv.fill, str(lv.key)))
+    return BucketPicks(
+        emptiest=tuple(pick(lv) for lv in emptiest),
+        busiest=tuple(pick(by_key[k]) for k in busiest),
+        matching=tuple(pick(lv) for lv in shown[: view.matched]),
+        matching_total=matching_total,
+        configured=configured,
+        match=view.match,
+    )
+
+
+class Glance:
+    """The caches behind a view's snapshots (one per engine): the last overview and when it
+    was read, the name filter's matches, the tenant ids by name, last time's emptiest."""
+
+    def __init__(self) -> None:
+        self._overview: QueueOverview | None = None
+        self._overview_key: tuple[float, int] = (-math.inf, -1)  # (monotonic s, deepest)
+        self._index_src: Mapping[BucketKey, Limit] | None = None
+        self._index: list[tuple[str, BucketKey]] = []
+        self._matches: tuple[str, list[BucketKey], int] = ("", [], 0)
+        self._ids_src: Mapping[int, TenantRecord] | None = None
+        self._ids: dict[str, int] = {}
+        self._low: tuple[BucketKey, ...] = ()
+        self._overview_wall = 0.0  # unix s of the last overview
+
+    async def read(
+        self,
+        view: SnapshotView,
+        *,
+        store: Store,
+        limiter: Limiter,
+        activity: Activity,
+        limits: Mapping[BucketKey, Limit],
+        tenants: Mapping[int, TenantRecord],
+        providers: Iterable[str],
+        now: float,
+        wall: float,
+    ) -> GlanceRead:
+        """Read what ``view`` shows (see the module's docstring) with the configuration
+        ``limits``, ``tenants`` (by id) and ``providers`` (names); ``now`` is monotonic s,
+        ``wall`` unix s."""
+        overview = await self._overview_at(store, view, now, wall)
+        ids = self._tenant_ids(tenants)
+        named = [ids[name] for name in view.tenants if name in ids]
+        deep_ids = [t for t, _n in overview.deepest]
+        rows = await store.glance.depth_of([*named, *deep_ids])
+        names = {t: tenants[t].name if t in tenants else str(t) for t in {*named, *deep_ids}}
+        depth = {d.tenant: d for d in tenant_depths(rows, names, wall)}
+        deepest = tuple(depth[names[t]] for t in deep_ids if names[t] in depth)
+
+        rates = {k: r for k, r in activity.rates(now).items() if k in limits}
+        busiest = heapq.nlargest(view.busiest, rates, key=rates.__getitem__)
+        matched, matching_total = self._matching(limits, view.match, view.matched)
+        own = [BucketKey.for_tenant(name) for name in view.tenants]
+        wanted = candidates(activity, limits, now) | {*self._low, *busiest, *matched}
+        wanted |= {k for k in own if k in limits}
+        wanted |= {k for k in map(BucketKey.for_provider, providers) if k in limits}
+        levels = await levels_of(limiter, wanted)
+        picks = pick_buckets(levels, rates, view, matched, matching_total, len(limits))
+        self._low = tuple(p.level.key for p in picks.emptiest)
+        shown = {p.level.key for p in (*picks.emptiest, *picks.busiest, *picks.matching)}
+        shown |= set(own)
+        return GlanceRead(
+            depth_rows=rows,
+            tenant_names=names,
+            levels=tuple(lv for lv in levels if lv.key in shown),
+            picks=picks,
+            queue=_totals(overview, wall, self._overview_wall),
+            deepest=deepest,
+        )
+
+    async def _overview_at(
+        self, store: Store, view: SnapshotView, now: float, wall: float
+    ) -> QueueOverview:
+        """The last overview, read again when ``view.totals_every_s`` have passed or the
+        view wants another number of deepest tenants."""
+        read_at, deepest = self._overview_key
+        stale = now - read_at >= view.totals_every_s or deepest != view.deepest
+        if self._overview is None or stale:
+            self._overview = await store.glance.overview(view.deepest)
+            self._overview_key = (now, view.deepest)
+            self._overview_wall = wall
+        return self._overview
+
+    def _tenant_ids(self, tenants: Mapping[int, TenantRecord]) -> dict[str, int]:
+        if tenants is not self._ids_src:
+            self._ids_src = tenants
+            self._ids = {t.name: t.id for t in tenants.values()}
+        return self._ids
+
+    def _matching(
+        self, limits: Mapping[BucketKey, Limit], text: str, cap: int
+    ) -> tuple[list[BucketKey], int]:
+        """The first ``cap`` configured keys whose name contains ``text`` (case ignored), by
+        name, and how many match in all; worked out again only when the text or the set of
+        configured keys changed."""
+        text = text.strip().lower()
+        if not text:
+            return [], 0
+        if limits is not self._index_src:
+            if self._index_src is None or limits.keys() != self._index_src.keys():
+                self._index = sorted((str(k).lower(), k) for k in limits)
+                self._matches = ("", [], 0)
+            self._index_src = limits
+        if self._matches[0] != text:
+            found = [key for name, key in self._index if text in name]
+            self._matches = (text, found, len(found))
+        return self._matches[1][:cap], self._matches[2]
+
+
+def _totals(overview: QueueOverview, wall: float, read_at: float) -> QueueTotals:
+    S = NotificationState
+    t = overview.totals
+    oldest = overview.oldest_enqueued_at
+    return QueueTotals(
+        queued=t.get(S.QUEUED, 0),
+        leased=t.get(S.LEASED, 0),
+        delivered=t.get(S.DELIVERED, 0),
+        dead=t.get(S.DEAD, 0),
+        tenants_queued=overview.tenants_queued,
+        oldest_queued_age_s=None if oldest is None else max(0.0, wall - oldest),
+        read_at=read_at,
+    )
