@@ -61,8 +61,32 @@ class Limiter(Protocol):
         Works for unconfigured keys too: they are held closed for that time."""
         ...
 
-    async def levels(self) -> list[BucketLevel]:
-        """Every configured bucket's level now."""
+    async def reserve_many(
+        self, asks: Sequence[tuple[Sequence[BucketKey], int]]
+    ) -> list[Reservation]:
+        """``reserve(keys, n)`` for each ``(keys, n)`` of ``asks``, one after another in order
+        with nothing of this caller's in between, and their answers in that order: each ask
+        sees what those before it took (asks sharing a bucket share its tokens), and each
+        ``Reservation`` has the fields its ``reserve`` would give. An empty batch returns
+        ``[]`` and does no I/O. Costs less than the calls one by one (over a network, one round
+        trip per batch rather than per ask); where a limiter is atomic per call, it is per
+        batch or per chunk of one, as its docstring says."""
+        ...
+
+    async def retake_many(self, asks: Sequence[tuple[Reservation, int]]) -> list[Reservation]:
+        """``retake(reservation, n)`` for each ``(reservation, n)`` of ``asks`` in turn, as
+        ``reserve_many`` does ``reserve``: the same answers, in order, ``[]`` for none."""
+        ...
+
+    async def refund_many(self, refunds: Sequence[tuple[Reservation, int]]) -> None:
+        """``refund(reservation, n)`` for each ``(reservation, n)`` of ``refunds`` in turn, as
+        ``reserve_many`` does ``reserve``; nothing (no I/O) for none."""
+        ...
+
+    async def levels(self, keys: Sequence[BucketKey] | None = None) -> list[BucketLevel]:
+        """Every configured bucket's level now, sorted by key; with ``keys``, only the
+        configured ones among them, each once, also sorted (``levels()`` with the others left
+        out), at a cost in proportion to ``len(keys)``, not to the buckets configured."""
         ...
 
     async def aclose(self) -> None: ...

@@ -1,7 +1,8 @@
 """The in-process ``Limiter``: one ``TokenBucket`` per configured key.
 
 Each async method is a thin wrapper over a ``*_at(now, ...)`` method that takes time as an
-argument, so tests step time by hand; the async methods read ``clock.monotonic()``.
+argument, so tests step time by hand; the async methods read ``clock.monotonic()``, once per
+call (a batch, ``reserve_many`` and the like, is one call: all of it at one instant).
 """
 
 from __future__ import annotations
@@ -134,6 +135,30 @@ class LocalLimiter:
         configured = [(key, self._buckets[key]) for key in unique if key in self._buckets]
         return unique, configured, {}, {}
 
+    def reserve_many_at(
+        self, now: float, asks: Sequence[tuple[Sequence[BucketKey], int]]
+    ) -> list[Reservation]:
+        """``reserve_at(now, keys, n)`` for each ask in turn: each sees the takes of those
+        before it (``Limiter.reserve_many``)."""
+        return [self.reserve_at(now, keys, n) for keys, n in asks]
+
+    def retake_at(self, now: float, reservation: Reservation, n: int) -> Reservation:
+        """``refund_at`` every token of ``reservation``, then ``reserve_at`` up to ``n`` from
+        its keys again (``Limiter.retake``)."""
+        self.refund_at(now, reservation, reservation.granted)
+        return self.reserve_at(now, reservation.keys, n)
+
+    def retake_many_at(
+        self, now: float, asks: Sequence[tuple[Reservation, int]]
+    ) -> list[Reservation]:
+        """``retake_at(now, reservation, n)`` for each ask in turn."""
+        return [self.retake_at(now, reservation, n) for reservation, n in asks]
+
+    def refund_many_at(self, now: float, refunds: Sequence[tuple[Reservation, int]]) -> None:
+        """``refund_at(now, reservation, n)`` for each refund in turn."""
+        for reservation, n in refunds:
+            self.refund_at(now, reservation, n)
+
     def refund_at(self, now: float, reservation: Reservation, n: int) -> None:
         """Give back up to ``reservation.granted`` tokens to each of its configured buckets,
         except to buckets that are blocked now: those stay empty until the block ends."""
@@ -160,10 +185,15 @@ class LocalLimiter:
         if bucket is not None:
             bucket.drain(until)  # stamps the bucket at the block's end: no refill before it
 
-    def levels_at(self, now: float) -> list[BucketLevel]:
-        """Every configured bucket's level at ``now``, sorted by key."""
+    def levels_at(self, now: float, keys: Sequence[BucketKey] | None = None) -> list[BucketLevel]:
+        """Every configured bucket's level at ``now``, sorted by key; with ``keys``, only the
+        configured ones among them (each once), looked up one by one."""
+        if keys is None:
+            wanted = sorted(self._buckets)
+        else:
+            wanted = sorted({key for key in keys if key in self._buckets})
         levels = []
-        for key in sorted(self._buckets):
+        for key in wanted:
             bucket = self._buckets[key]
             tokens = bucket.tokens_at(now)
             blocked_s = self._blocked_for(now, key)
@@ -189,15 +219,29 @@ class LocalLimiter:
         self.refund_at(self._clock.monotonic(), reservation, n)
 
     async def retake(self, reservation: Reservation, n: int) -> Reservation:
-        now = self._clock.monotonic()
-        self.refund_at(now, reservation, reservation.granted)
-        return self.reserve_at(now, reservation.keys, n)
+        return self.retake_at(self._clock.monotonic(), reservation, n)
+
+    async def reserve_many(
+        self, asks: Sequence[tuple[Sequence[BucketKey], int]]
+    ) -> list[Reservation]:
+        if not asks:
+            return []
+        return self.reserve_many_at(self._clock.monotonic(), asks)
+
+    async def retake_many(self, asks: Sequence[tuple[Reservation, int]]) -> list[Reservation]:
+        if not asks:
+            return []
+        return self.retake_many_at(self._clock.monotonic(), asks)
+
+    async def refund_many(self, refunds: Sequence[tuple[Reservation, int]]) -> None:
+        if refunds:
+            self.refund_many_at(self._clock.monotonic(), refunds)
 
     async def block(self, key: BucketKey, for_s: float) -> None:
         self.block_at(self._clock.monotonic(), key, for_s)
 
-    async def levels(self) -> list[BucketLevel]:
-        return self.levels_at(self._clock.monotonic())
+    async def levels(self, keys: Sequence[BucketKey] | None = None) -> list[BucketLevel]:
+        return self.levels_at(self._clock.monotonic(), keys)
 
     async def aclose(self) -> None:
         """Nothing to release; here for the ``Limiter`` protocol."""

@@ -13,7 +13,12 @@ never had it) answers "Function not found"; the library is loaded again and the 
 more. A server without functions (Redis 6), or one whose ACL refuses ``FCALL`` or ``FUNCTION
 LOAD``, gets the same Lua as ``EVALSHA`` scripts, which redis-py loads again after ``NOSCRIPT``.
 
-Errors are the driver's: the limiter treats them all as Redis being unavailable.
+``many`` sends several calls of one function in one round trip (a pipeline: written at once,
+the replies read in order, each within the timeout of the one before), each reply or error
+reply returned in its place; on a server without functions, a redis-py pipeline of ``EVALSHA``
+(which first asks whether the scripts are loaded: two round trips there).
+
+Errors are the driver's: the limiter treats them all as Redis being unavailable (``UNAVAILABLE``).
 """
 
 from __future__ import annotations
@@ -28,13 +33,18 @@ from typing import Any, TypeVar
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisError, ResponseError
 
-__all__ = ["SCRIPTS", "LuaCalls", "bounded"]
+__all__ = ["SCRIPTS", "UNAVAILABLE", "LuaCalls", "bounded"]
 
 log = logging.getLogger(__name__)
 
-SCRIPTS = ("reserve", "configure", "refund", "block", "levels")
+SCRIPTS = ("reserve", "configure", "refund", "block", "levels", "batch")
+
+# RedisError covers ConnectionError and TimeoutError, and also READONLY after a failover or
+# LOADING after a restart: in every case Redis cannot enforce the limits right now. The builtin
+# TimeoutError (an OSError, named for clarity) is a command past ``call_timeout_s``: a hung Redis.
+UNAVAILABLE = (RedisError, TimeoutError, OSError)
 
 Arg = int | str | bytes
 _T = TypeVar("_T")
@@ -100,6 +110,21 @@ class LuaCalls:
     async def __call__(self, name: str, keys: Sequence[str], args: Sequence[Arg] = ()) -> Any:
         return await bounded(self._call(name, keys, args), self._timeout_s)
 
+    async def many(
+        self, name: str, calls: Sequence[tuple[Sequence[str], Sequence[Arg]]]
+    ) -> list[Any]:
+        """Each ``(keys, args)`` of ``calls`` as a call of ``name``, all in one round trip,
+        run by the server one after another in that order. Each is a command with
+        ``timeout_s`` to answer, as a single call: the write has ``timeout_s``, and then each
+        reply ``timeout_s`` after the one before (a long batch on a healthy server takes as
+        long as it takes; a hung one is left ``timeout_s`` after its last answer). Returns the
+        replies in that order, an error reply as its ``ResponseError`` (not raised), and so
+        is a failure once some replies are in, for each still to come; a failure before any
+        reply is raised (the driver's errors, as a single call's)."""
+        if not calls:
+            return []
+        return await self._many(name, calls)
+
     async def aclose(self) -> None:
         """Close this object's connections (the client's own are its owner's to close)."""
         lanes, self._lanes, self._idle = self._lanes, [], []
@@ -118,6 +143,51 @@ class LuaCalls:
                 return await self._fcall(name, keys, args)
         return await self._scripts[name](keys=keys, args=args)
 
+    async def _many(
+        self, name: str, calls: Sequence[tuple[Sequence[str], Sequence[Arg]]]
+    ) -> list[Any]:
+        replies: list[Any] = [None] * len(calls)
+        todo = list(range(len(calls)))
+        if self._use_functions:
+            todo = await self._fcalls(name, calls, todo, replies)
+            if todo:  # the server lacks the library: load it, and send those again
+                await bounded(self._load(), self._timeout_s)
+                if self._use_functions:
+                    await self._fcalls(name, calls, todo, replies)
+                    return replies
+        if todo:
+            pipe = self._client.pipeline(transaction=False)
+            for i in todo:
+                keys, args = calls[i]
+                await self._scripts[name](keys=keys, args=args, client=pipe)
+            done = await bounded(pipe.execute(raise_on_error=False), self._timeout_s * len(todo))
+            for i, reply in zip(todo, done, strict=True):
+                replies[i] = reply
+        return replies
+
+    async def _fcalls(
+        self,
+        name: str,
+        calls: Sequence[tuple[Sequence[str], Sequence[Arg]]],
+        todo: list[int],
+        replies: list[Any],
+    ) -> list[int]:
+        """Send the calls numbered ``todo`` on one lane, at once; put their replies in
+        ``replies``, and return those the server had no function for."""
+        command = b"".join(self._packed(name, *calls[i]) for i in todo)
+        got = await self._on_lane(command, len(todo), step_s=self._timeout_s)
+        for i, reply in zip(todo, got, strict=True):
+            replies[i] = reply
+        return [i for i in todo if _lost_function(replies[i])]
+
+    def _packed(self, name: str, keys: Sequence[str], args: Sequence[Arg]) -> bytes:
+        """``FCALL name`` over ``keys`` and ``args`` in the wire format (not kept: a batch's
+        keys are seldom the same twice)."""
+        parts = [b"FCALL", self._functions[name].encode(), b"%d" % len(keys)]
+        parts += [key.encode() for key in keys]
+        parts += [_encode(a) for a in args]
+        return b"*%d\r\n" % len(parts) + b"".join(map(_bulk, parts))
+
     async def _load(self) -> None:
         """Load the library; on a server that cannot, use scripts from now on."""
         try:
@@ -130,26 +200,42 @@ class LuaCalls:
 
     async def _fcall(self, name: str, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         command = self._head(name, keys, len(args)) + b"".join(_bulk(_encode(a)) for a in args)
+        [reply] = await self._on_lane(command, 1)
+        if isinstance(reply, ResponseError):
+            raise reply
+        return reply
+
+    async def _on_lane(
+        self, command: bytes, replies: int, *, step_s: float | None = None
+    ) -> list[Any]:
+        """Send ``command`` (``replies`` commands packed) on a lane and read their replies, an
+        error reply as its ``ResponseError``; with ``step_s``, the write (connecting too) and
+        then each reply within that many seconds (else the caller bounds the whole). A failure
+        once some replies are in (a timeout, a dropped connection) takes the place of each
+        reply still to come: the commands answered ran, and are never sent again."""
         for retry in (False, True):
             conn = self._idle.pop() if self._idle else self._new_lane()
+            out: list[Any] = []
             try:
-                await conn.send_packed_command(command, check_health=False)
-                reply = await conn.read_response()
-            except RedisConnectionError:
+                await _within(conn.send_packed_command(command, check_health=False), step_s)
+                while len(out) < replies:
+                    out.append(await _within(_reply(conn), step_s))
+            except RedisConnectionError as exc:
                 await conn.disconnect()  # connects again when next used
                 self._idle.append(conn)
+                if out:
+                    return out + [exc] * (replies - len(out))
                 if retry:
                     raise
                 continue
-            except ResponseError:
-                self._idle.append(conn)  # an error reply, read whole: the connection is fine
-                raise
-            except BaseException:
+            except BaseException as exc:
                 await conn.disconnect(nowait=True)  # its reply may still be on the way
                 self._idle.append(conn)
+                if out and isinstance(exc, Exception):
+                    return out + [exc] * (replies - len(out))
                 raise
-            self._idle.append(conn)
-            return reply
+            self._idle.append(conn)  # error replies too were read whole: the connection is fine
+            return out
         raise AssertionError("unreachable: the second attempt returns or raises")
 
     def _new_lane(self) -> AbstractConnection:
@@ -185,6 +271,25 @@ async def bounded(command: Awaitable[_T], timeout_s: float) -> _T:
             return await command
     except TimeoutError:  # the builtin one; redis-py's own is a RedisError
         raise TimeoutError(f"no answer within {timeout_s:g} s") from None
+
+
+async def _within(command: Awaitable[_T], step_s: float | None) -> _T:
+    """``command``, within ``step_s`` when given (else bounded by the caller)."""
+    if step_s is None:
+        return await command
+    return await bounded(command, step_s)
+
+
+async def _reply(conn: AbstractConnection) -> Any:
+    """The next reply on ``conn``; an error reply returned, not raised."""
+    try:
+        return await conn.read_response()
+    except ResponseError as exc:
+        return exc
+
+
+def _lost_function(reply: Any) -> bool:
+    return isinstance(reply, ResponseError) and _not_loaded(reply)
 
 
 def _encode(value: Arg) -> bytes:

@@ -25,9 +25,12 @@ from engine.domain import BucketKey, BucketLevel, Limit
 from engine.limiter import Reservation
 from engine.local_limiter import LocalLimiter
 
-__all__ = ["PEERS_S", "Granted", "LocalFallback"]
+__all__ = ["PEERS_EVERY_S", "PEERS_S", "Granted", "LocalFallback"]
 
 PEERS_S = 10.0  # a process counts as sharing the limits this long after its last reservation
+# How often a process writes itself into Redis's set of processes that reserve: a few times a
+# second keeps the count (kept for PEERS_S) fresh, without four more commands per reservation.
+PEERS_EVERY_S = 0.25
 
 
 def _share(limit: Limit, workers: int) -> Limit:
@@ -137,9 +140,10 @@ class LocalFallback:
     def block(self, key: BucketKey, for_s: float) -> None:
         self._shares().block_at(self._clock.monotonic(), key, for_s)
 
-    def levels(self) -> list[BucketLevel]:
-        """This process's buckets, with the shares it enforces."""
-        return self._shares().levels_at(self._clock.monotonic())
+    def levels(self, keys: Sequence[BucketKey] | None = None) -> list[BucketLevel]:
+        """This process's buckets (those among ``keys``, if given), with the shares it
+        enforces."""
+        return self._shares().levels_at(self._clock.monotonic(), keys)
 
     def _shares(self) -> LocalLimiter:
         """The fallback, its shares brought up to date with the processes sharing them."""

@@ -33,6 +33,11 @@ bucket it knows (Redis's levels refilled while the local shares were spent); the
 back holds them empty for ``probe_s``, while the others may still spend their local shares.
 Every process must use the same ``probe_s``. Driver errors never leave this class.
 
+The batch calls (``reserve_many``, ``retake_many``, ``refund_many``: ``engine/redis_batch.py``)
+are the single calls in order, in one round trip of scripts over up to 500 calls each (each
+with ``call_timeout_s`` to answer), falling back call by call as those do. ``levels(keys)``
+reads only those buckets, in one script.
+
 A Redis that hangs (paused, or stuck on the network) rather than refusing counts as unreachable
 too: every command has ``call_timeout_s`` to answer, is not retried after a timeout, and then
 the limiter falls back and probes as above. A command that timed out may still run once Redis
@@ -53,28 +58,21 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
 
 from engine.clock import Clock
 from engine.domain import BucketKey, BucketLevel, BucketScope, Limit
 from engine.errors import ConfigError
 from engine.limiter import Reservation
+from engine.redis_batch import RedisBatches
+from engine.redis_calls import UNAVAILABLE as _UNAVAILABLE
 from engine.redis_calls import LuaCalls, bounded
-from engine.redis_fallback import PEERS_S, Granted, LocalFallback
+from engine.redis_fallback import PEERS_EVERY_S, PEERS_S, Granted, LocalFallback
 
-__all__ = ["RedisLimiter"]
+__all__ = ["PEERS_EVERY_S", "RedisLimiter"]
 
 log = logging.getLogger(__name__)
 
-# How often a process writes itself into Redis's set of processes that reserve: a few times a
-# second keeps the count (kept for PEERS_S) fresh, without four more commands per reservation.
-PEERS_EVERY_S = 0.25
 _PEERS_ARG = repr(PEERS_S)
-
-# RedisError covers ConnectionError and TimeoutError, and also READONLY after a failover or
-# LOADING after a restart: in every case Redis cannot enforce the limits right now. The builtin
-# TimeoutError (an OSError, named for clarity) is a command past ``call_timeout_s``: a hung Redis.
-_UNAVAILABLE = (RedisError, TimeoutError, OSError)
 
 _T = TypeVar("_T")
 
@@ -107,7 +105,7 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-class RedisLimiter:
+class RedisLimiter(RedisBatches):
     """A ``Limiter`` over Redis, for many processes; see the module docstring.
 
     ``client_or_url`` is a ``redis.asyncio.Redis`` (the caller closes it) or a URL (this
@@ -233,15 +231,17 @@ class RedisLimiter:
                 self._degrade(exc)
         self._fallback.block(key, for_s)
 
-    async def levels(self) -> list[BucketLevel]:
-        """Every bucket configured in Redis (by any process), sorted by key; while falling
-        back, this process's buckets with the shares it enforces."""
+    async def levels(self, keys: Sequence[BucketKey] | None = None) -> list[BucketLevel]:
+        """Every bucket configured in Redis (by any process), or those among ``keys``, sorted
+        by key; while falling back, this process's buckets with the shares it enforces."""
+        if keys is not None and not keys:
+            return []
         if await self._use_redis():
             try:
-                return await self._levels()
+                return await self._levels(keys)
             except _UNAVAILABLE as exc:
                 self._degrade(exc)
-        return self._fallback.levels()
+        return self._fallback.levels(keys)
 
     async def aclose(self) -> None:
         """Close the limiter's own connections, and the client if this limiter made it."""
@@ -350,11 +350,14 @@ class RedisLimiter:
                 await self._configure(key, limit, fill="empty")
             await self._bounded(self._client.set(self._marker_key, "1"))
 
-    async def _levels(self) -> list[BucketLevel]:
-        members: set[Any] = await self._bounded(
-            cast(Awaitable[set[Any]], self._client.smembers(self._set_key))
-        )
-        keys = sorted(self._key(_text(member)) for member in members)
+    async def _levels(self, only: Sequence[BucketKey] | None) -> list[BucketLevel]:
+        """The levels of ``only`` (those configured), else of every bucket in the set."""
+        if only is None:
+            members: set[Any] = await self._bounded(
+                cast(Awaitable[set[Any]], self._client.smembers(self._set_key))
+            )
+            only = [self._key(_text(member)) for member in members]
+        keys = sorted(set(only))
         if not keys:
             return []
         rows = await self._script("levels", self._hashes(keys))

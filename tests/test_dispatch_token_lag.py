@@ -59,6 +59,17 @@ class StallsOnce:
     async def retake(self, reservation: Reservation, n: int) -> Reservation:
         return await self._granted(await self.inner.retake(reservation, n))
 
+    async def reserve_many(
+        self, asks: Sequence[tuple[Sequence[BucketKey], int]]
+    ) -> list[Reservation]:
+        return [await self._granted(got) for got in await self.inner.reserve_many(asks)]
+
+    async def retake_many(self, asks: Sequence[tuple[Reservation, int]]) -> list[Reservation]:
+        return [await self._granted(got) for got in await self.inner.retake_many(asks)]
+
+    async def refund_many(self, refunds: Sequence[tuple[Reservation, int]]) -> None:
+        await self.inner.refund_many(refunds)
+
     async def _granted(self, got: Reservation) -> Reservation:
         if got.granted > 1:
             self.batches += 1
@@ -69,8 +80,8 @@ class StallsOnce:
     async def block(self, key: BucketKey, for_s: float) -> None:
         await self.inner.block(key, for_s)
 
-    async def levels(self) -> list[BucketLevel]:
-        return await self.inner.levels()
+    async def levels(self, keys: Sequence[BucketKey] | None = None) -> list[BucketLevel]:
+        return await self.inner.levels(keys)
 
     async def aclose(self) -> None:
         await self.inner.aclose()

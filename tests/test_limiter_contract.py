@@ -16,7 +16,7 @@ import math
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import pytest
 from redis.asyncio import Redis
@@ -24,7 +24,7 @@ from redis.exceptions import RedisError
 
 from engine.clock import SystemClock
 from engine.domain import BucketKey, Limit
-from engine.limiter import Limiter
+from engine.limiter import Limiter, Reservation
 from engine.local_limiter import LocalLimiter
 from engine.redis_limiter import RedisLimiter
 from tests.support import missing
@@ -398,3 +398,268 @@ async def test_a_block_outlives_removing_and_adding_the_limit(limiter: Limiter) 
     assert (await limiter.reserve(SEND, 1)).granted == 0
     await asyncio.sleep(0.45)
     assert (await limiter.reserve(SEND, 4)).granted == 4
+
+
+# -- batches: reserve_many, retake_many and refund_many are the single calls in order ----------
+#
+# Each case runs twice on the same limiter, on two copies of its buckets (every tenant and
+# provider renamed into its own space): once one call at a time, once as a batch. The answers
+# must be the same (wait_s within CLOSE: Redis's clock runs between the two), and so must the
+# levels left; the grants are also checked against the table. Rates are slow (0.01/s), so the
+# time between calls adds no whole token.
+
+Ask = tuple[tuple[BucketKey, ...], int]
+A = SEND  # acme through mailgun
+B = BucketKey.for_send("globex", "mailgun")  # another tenant, the same provider
+C = BucketKey.for_send("acme", "ses")  # the same tenant, another provider
+SLOW = 0.01
+
+
+def spaced(space: str, key: BucketKey) -> BucketKey:
+    """``key`` with its tenant and provider renamed into ``space``."""
+    tenant = f"{space}-{key.tenant}" if key.tenant else ""
+    provider = f"{space}-{key.provider}" if key.provider else ""
+    return BucketKey(key.scope, tenant, provider)
+
+
+def unspaced(key: BucketKey) -> BucketKey:
+    tenant = key.tenant.split("-", 1)[1] if key.tenant else ""
+    provider = key.provider.split("-", 1)[1] if key.provider else ""
+    return BucketKey(key.scope, tenant, provider)
+
+
+def keys_in(space: str, keys: Sequence[BucketKey]) -> tuple[BucketKey, ...]:
+    return tuple(spaced(space, key) for key in keys)
+
+
+async def set_up(
+    limiter: Limiter, space: str, bursts: dict[BucketKey, float], blocks: dict[BucketKey, float]
+) -> None:
+    for key, burst in bursts.items():
+        await limiter.configure(spaced(space, key), Limit(SLOW, burst))
+    for key, for_s in blocks.items():
+        await limiter.block(spaced(space, key), for_s)
+
+
+def answer(got: Reservation, *, close: bool = False) -> tuple[object, ...]:
+    """What a reservation says, its keys out of their space, and its type and era (Redis's);
+    with ``close``, its times within ``CLOSE`` (to compare with another's)."""
+
+    def near_it(value: object) -> object:
+        return pytest.approx(value, abs=CLOSE) if close else value
+
+    return (
+        type(got),
+        tuple(unspaced(key) for key in got.keys),
+        got.granted,
+        near_it(got.wait_s),
+        tuple(unspaced(key) for key in got.held_by),
+        near_it(got.held_for_s),
+        getattr(got, "era", None),
+    )
+
+
+async def left(limiter: Limiter, space: str) -> dict[BucketKey, float]:
+    """The tokens in ``space``'s buckets, by key out of their space."""
+    return {
+        unspaced(level.key): level.tokens
+        for level in await limiter.levels()
+        if (level.key.tenant or level.key.provider).startswith(f"{space}-")
+    }
+
+
+# (bursts, blocks, asks, granted): every bucket at 0.01/s.
+RESERVE_BATCHES = {
+    "a later ask sees an earlier one's take": (
+        {PROVIDER: 5.0},
+        {},
+        [(A, 3), (B, 3), (A, 1)],
+        [3, 2, 0],
+    ),
+    "all or nothing per token across buckets": (
+        {TENANT: 2.0, PROVIDER: 10.0},
+        {},
+        [(A, 5), ((PROVIDER,), 10), (C, 1)],
+        [2, 8, 0],
+    ),
+    "keys without a limit are unlimited": (
+        {OTHER: 1.0},
+        {},
+        [(A, 1_000_000), (B, 2), (B, 1), (A, 1_000_000)],
+        [1_000_000, 1, 0, 1_000_000],
+    ),
+    "a blocked key grants nothing, and only its sends": (
+        {TENANT: 4.0},
+        {PAIR: 10.0},
+        [(A, 2), (C, 2), (C, 3), (A, 1)],
+        [0, 2, 2, 0],
+    ),
+    "nothing asked, and a key named twice": (
+        {TENANT: 3.0},
+        {},
+        [(A, 0), (A, -1), ((TENANT, PROVIDER, TENANT), 2), (A, 2)],
+        [0, 0, 2, 1],
+    ),
+    "the same keys again and again": (
+        {PROVIDER: 3.0, PAIR: 10.0},
+        {},
+        [(A, 1)] * 5,
+        [1, 1, 1, 0, 0],
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("bursts", "blocks", "asks", "granted"),
+    list(RESERVE_BATCHES.values()),
+    ids=list(RESERVE_BATCHES),
+)
+async def test_reserve_many_is_reserve_for_each_ask_in_turn(
+    limiter: Limiter,
+    bursts: dict[BucketKey, float],
+    blocks: dict[BucketKey, float],
+    asks: list[Ask],
+    granted: list[int],
+) -> None:
+    for space in ("one", "all"):
+        await set_up(limiter, space, bursts, blocks)
+    one = [await limiter.reserve(keys_in("one", keys), n) for keys, n in asks]
+    batch = await limiter.reserve_many([(keys_in("all", keys), n) for keys, n in asks])
+    assert [got.granted for got in one] == granted
+    assert [answer(got) for got in batch] == [answer(got, close=True) for got in one]
+    assert await left(limiter, "all") == near(await left(limiter, "one"))
+
+
+# (bursts, first asks reserved one by one, blocks set after them, retakes (which, n), granted).
+RETAKE_BATCHES = {
+    "gives back then takes again": (
+        {TENANT: 5.0, PROVIDER: 3.0},
+        [(A, 3)],
+        {},
+        [(0, 1)],
+        [1],
+    ),
+    "a later retake sees what an earlier one gave back and took": (
+        {PROVIDER: 4.0},
+        [(A, 2), (B, 2)],
+        {},
+        [(0, 0), (1, 4)],
+        [0, 4],
+    ),
+    "no more than its buckets allow": (
+        {TENANT: 5.0, PROVIDER: 3.0},
+        [(A, 3), (C, 1)],
+        {},
+        [(0, 7), (1, 9)],
+        [3, 2],
+    ),
+    "a blocked bucket is given nothing and takes nothing": (
+        {TENANT: 5.0, PROVIDER: 3.0},
+        [(A, 2), (C, 1)],
+        {PROVIDER: 10.0},
+        [(0, 2), (1, 3)],
+        [0, 3],
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("bursts", "first", "blocks", "retakes", "granted"),
+    list(RETAKE_BATCHES.values()),
+    ids=list(RETAKE_BATCHES),
+)
+async def test_retake_many_is_retake_for_each_in_turn(
+    limiter: Limiter,
+    bursts: dict[BucketKey, float],
+    first: list[Ask],
+    blocks: dict[BucketKey, float],
+    retakes: list[tuple[int, int]],
+    granted: list[int],
+) -> None:
+    made: dict[str, list[Reservation]] = {}
+    for space in ("one", "all"):
+        await set_up(limiter, space, bursts, {})
+        made[space] = [await limiter.reserve(keys_in(space, keys), n) for keys, n in first]
+        await set_up(limiter, space, {}, blocks)
+    one = [await limiter.retake(made["one"][i], n) for i, n in retakes]
+    batch = await limiter.retake_many([(made["all"][i], n) for i, n in retakes])
+    assert [got.granted for got in one] == granted
+    assert [answer(got) for got in batch] == [answer(got, close=True) for got in one]
+    assert await left(limiter, "all") == near(await left(limiter, "one"))
+
+
+# (bursts, first asks, blocks, a bucket removed after them (or None), refunds (which, n), left).
+REFUND_BATCHES = {
+    "each gives back what it says, never more than granted": (
+        {TENANT: 5.0, PROVIDER: 6.0},
+        [(A, 3), (B, 2)],
+        {},
+        None,
+        [(0, 1), (1, 9), (0, -2), (1, 0), (0, 1)],
+        {TENANT: 4.0, PROVIDER: 5.0},
+    ),
+    "a blocked bucket stays empty and a removed one is left alone": (
+        {TENANT: 5.0, PROVIDER: 3.0, OTHER: 2.0},
+        [(A, 2), ((OTHER,), 2)],
+        {PROVIDER: 10.0},
+        OTHER,
+        [(0, 2), (1, 2)],
+        {TENANT: 5.0, PROVIDER: 0.0},
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("bursts", "first", "blocks", "removed", "refunds", "after"),
+    list(REFUND_BATCHES.values()),
+    ids=list(REFUND_BATCHES),
+)
+async def test_refund_many_is_refund_for_each_in_turn(
+    limiter: Limiter,
+    bursts: dict[BucketKey, float],
+    first: list[Ask],
+    blocks: dict[BucketKey, float],
+    removed: BucketKey | None,
+    refunds: list[tuple[int, int]],
+    after: dict[BucketKey, float],
+) -> None:
+    made: dict[str, list[Reservation]] = {}
+    for space in ("one", "all"):
+        await set_up(limiter, space, bursts, {})
+        made[space] = [await limiter.reserve(keys_in(space, keys), n) for keys, n in first]
+        await set_up(limiter, space, {}, blocks)
+        if removed is not None:
+            await limiter.configure(spaced(space, removed), None)
+    for i, n in refunds:
+        await limiter.refund(made["one"][i], n)
+    await limiter.refund_many([(made["all"][i], n) for i, n in refunds])
+    assert await left(limiter, "one") == near(after)
+    assert await left(limiter, "all") == near(after)
+
+
+async def test_an_empty_batch_answers_nothing_and_changes_nothing(limiter: Limiter) -> None:
+    await configured(limiter, {TENANT: Limit(SLOW, 3.0)})
+    assert await limiter.reserve_many([]) == []
+    assert await limiter.retake_many([]) == []
+    await limiter.refund_many([])
+    assert await tokens(limiter) == near({TENANT: 3.0})
+
+
+async def test_levels_of_some_keys_are_those_configured_among_them(limiter: Limiter) -> None:
+    await configured(
+        limiter, {PAIR: Limit(1.0, 2.0), OTHER: Limit(2.0, 4.0), TENANT: Limit(3.0, 6.0)}
+    )
+    await limiter.block(PAIR, 1.5)
+    wanted = [OTHER, PROVIDER, PAIR, OTHER, BucketKey.for_tenant("nobody")]
+    some = await limiter.levels(wanted)
+    every = await limiter.levels()
+    assert [level.key for level in some] == sorted([PAIR, OTHER])  # each once, sorted
+    expected = [level for level in every if level.key in wanted]
+    assert [(lv.key, lv.burst, lv.rate_per_s) for lv in some] == [
+        (lv.key, lv.burst, lv.rate_per_s) for lv in expected
+    ]
+    assert [lv.tokens for lv in some] == [pytest.approx(lv.tokens, abs=CLOSE) for lv in expected]
+    assert some[0].blocked_for_s == pytest.approx(1.5, abs=CLOSE)
+    assert await limiter.levels([]) == []
+    assert await limiter.levels([PROVIDER]) == []
+    assert [lv.key for lv in await limiter.levels(None)] == [lv.key for lv in every]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.clock import FakeClock
 from engine.domain import BucketKey, BucketLevel, Limit
@@ -275,3 +277,171 @@ def test_count_short_counts_which_buckets_held_each_grant_short() -> None:
         (TENANT, (PROVIDER,)): 1,  # the block, held by the provider for the tenant's send
     }
     assert LocalLimiter(FakeClock()).shorts() == {}  # not counted unless asked
+
+
+# -- batches: the single calls in turn, at one instant ------------------------------------------
+
+GLOBEX = BucketKey.for_send("globex", "mailgun")
+
+
+def test_reserve_many_at_is_reserve_at_for_each_ask_in_turn() -> None:
+    """A table of asks at one instant: each sees what those before it took, held_by and all."""
+    limits = {TENANT: Limit(1.0, 3.0), PROVIDER: Limit(2.0, 4.0), OTHER: Limit(0.5, 1.0)}
+    rows = [  # (keys, n, the Reservation reserve_at gives at 0.0 after the rows above)
+        (SEND, 2, Reservation(SEND, 2)),
+        (GLOBEX, 3, Reservation(GLOBEX, 1, 2.0, (OTHER,), (2.0,))),  # its tenant's one
+        (SEND, 2, Reservation(SEND, 1, 1.0, (TENANT, PROVIDER), (1.0, 0.5))),
+        ((PAIR,), 10**6, Reservation((PAIR,), 10**6)),  # no limit
+        (SEND, 0, Reservation(SEND, 0)),
+        (SEND, 1, Reservation(SEND, 0, 1.0, (TENANT, PROVIDER), (1.0, 0.5))),
+    ]
+    one, batch = limiter_with(limits), limiter_with(limits)
+    one.block_at(0.0, BucketKey.for_pair("globex", "mailgun"), 0.0)  # drains nothing: no limit
+    for keys, n, expected in rows:
+        got = one.reserve_at(0.0, keys, n)
+        assert (got, got.held_by, got.held_for_s) == (
+            expected,
+            expected.held_by,
+            expected.held_for_s,
+        )
+    answers = batch.reserve_many_at(0.0, [(keys, n) for keys, n, _ in rows])
+    assert [(a, a.held_by, a.held_for_s) for a in answers] == [
+        (e, e.held_by, e.held_for_s) for _, _, e in rows
+    ]
+    assert batch.levels_at(0.0) == one.levels_at(0.0)
+
+
+def test_retake_and_refund_many_at_are_the_single_calls_in_turn() -> None:
+    limits = {TENANT: Limit(1.0, 5.0), PROVIDER: Limit(1.0, 4.0)}
+    one, batch = limiter_with(limits), limiter_with(limits)
+    firsts = [(SEND, 2), (GLOBEX, 2), (SEND, 0)]  # the provider left empty
+    mine, theirs = (lim.reserve_many_at(0.0, firsts) for lim in (one, batch))
+    retakes = [(0, 0), (1, 4), (2, 1)]  # a refund; its two and the two given back; none left
+    expected = [Reservation(SEND, 0), Reservation(GLOBEX, 4), Reservation(SEND, 0, 1.0)]
+    assert [one.retake_at(0.0, mine[i], n) for i, n in retakes] == expected
+    assert batch.retake_many_at(0.0, [(theirs[i], n) for i, n in retakes]) == expected
+    assert batch.levels_at(0.0) == one.levels_at(0.0)
+    one.block_at(0.5, TENANT, 1.0)
+    batch.block_at(0.5, TENANT, 1.0)
+    refunds = [(1, 1), (1, 9), (0, 3), (1, -1)]
+    for i, n in refunds:
+        one.refund_at(1.0, mine[i], n)
+    batch.refund_many_at(1.0, [(theirs[i], n) for i, n in refunds])
+    assert batch.levels_at(1.0) == one.levels_at(1.0)
+    assert {lv.key: lv.tokens for lv in batch.levels_at(1.0)} == {TENANT: 0.0, PROVIDER: 4.0}
+
+
+def test_levels_at_of_some_keys_looks_up_only_those() -> None:
+    limiter = limiter_with({PAIR: Limit(1.0, 2.0), OTHER: Limit(2.0, 4.0), TENANT: Limit(3.0, 6.0)})
+    limiter.block_at(0.0, PAIR, 1.5)
+    every = limiter.levels_at(0.5)
+    assert limiter.levels_at(0.5, [OTHER, PROVIDER, PAIR, OTHER]) == [every[0], every[2]]
+    assert limiter.levels_at(0.5, []) == []
+    assert limiter.levels_at(0.5, [BucketKey.for_tenant("nobody")]) == []
+
+
+class CountingClock(FakeClock):
+    """A FakeClock that moves 1 ms at every reading, and counts the readings."""
+
+    readings = 0
+
+    def monotonic(self) -> float:
+        self.readings += 1
+        self.advance(0.001)
+        return super().monotonic()
+
+
+async def test_a_batch_reads_the_clock_once_and_an_empty_one_not_at_all() -> None:
+    clock = CountingClock(start=0.0)
+    limiter = LocalLimiter(clock)
+    await limiter.configure(TENANT, Limit(1.0, 2.0))
+    asks = [(SEND, 1)] * 3
+    before = clock.readings
+    got = await limiter.reserve_many(asks)
+    assert clock.readings == before + 1
+    assert [r.granted for r in got] == [1, 1, 0]  # no refill between asks: one instant
+    again = await limiter.retake_many([(got[0], 1), (got[2], 1)])
+    assert [r.granted for r in again] == [1, 0]
+    await limiter.refund_many([(got[1], 1)])
+    assert clock.readings == before + 3
+    assert await limiter.reserve_many([]) == []
+    assert await limiter.retake_many([]) == []
+    await limiter.refund_many([])
+    assert clock.readings == before + 3
+
+
+# Random batches on two limiters at the same instants: one makes the single calls, the other
+# the batch calls; every answer (held_by and held_for_s included) and every level must agree.
+KEYS = [
+    *(BucketKey.for_tenant(t) for t in "ab"),
+    *(BucketKey.for_provider(p) for p in "mn"),
+    *(BucketKey.for_pair(t, p) for t in "ab" for p in "mn"),
+]
+SENDS = [BucketKey.for_send(t, p) for t in "ab" for p in "mn"]
+LIMITS = st.dictionaries(
+    st.sampled_from(KEYS),
+    st.builds(Limit, st.sampled_from([0.5, 1.0, 4.0]), st.sampled_from([1.0, 2.0, 3.0, 5.0])),
+)
+BLOCKS = st.dictionaries(st.sampled_from(KEYS), st.sampled_from([0.0, 0.25, 1.0]), max_size=2)
+ITEMS = st.lists(st.tuples(st.integers(0, 7), st.integers(-1, 6)), max_size=8)
+BATCHES = st.lists(
+    st.tuples(st.sampled_from(["reserve", "retake", "refund"]), ITEMS, st.integers(0, 4)),
+    max_size=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(limits=LIMITS, blocks=BLOCKS, batches=BATCHES)
+def test_batches_equal_the_single_calls_in_turn(
+    limits: dict[BucketKey, Limit], blocks: dict[BucketKey, float], batches: list[Batch]
+) -> None:
+    one, many = limiter_with(limits), limiter_with(limits)
+    for key, for_s in blocks.items():
+        one.block_at(0.0, key, for_s)
+        many.block_at(0.0, key, for_s)
+    made: tuple[list[Reservation], list[Reservation]] = ([], [])
+    now = 0.0
+    for kind, items, dt8 in batches:
+        now += dt8 / 8
+        singly, batched = run_batch(one, many, now, kind, items, made)
+        assert [said(r) for r in batched] == [said(r) for r in singly]
+        assert many.levels_at(now) == one.levels_at(now)
+
+
+Batch = tuple[str, list[tuple[int, int]], int]
+
+
+def said(got: Reservation) -> tuple[object, ...]:
+    return (got, got.held_by, got.held_for_s)
+
+
+def run_batch(
+    one: LocalLimiter,
+    many: LocalLimiter,
+    now: float,
+    kind: str,
+    items: list[tuple[int, int]],
+    made: tuple[list[Reservation], list[Reservation]],
+) -> tuple[list[Reservation], list[Reservation]]:
+    """One batch of ``kind``, singly on ``one`` and as a batch on ``many``; items name a send
+    (reserve) or an earlier reservation (retake, refund), modulo how many there are."""
+    mine, theirs = made
+    if kind == "reserve":
+        asks = [(SENDS[i % len(SENDS)], n) for i, n in items]
+        singly = [one.reserve_at(now, keys, n) for keys, n in asks]
+        batched = many.reserve_many_at(now, asks)
+    elif not mine:
+        return [], []
+    else:
+        chosen = [(i % len(mine), n) for i, n in items]
+        if kind == "retake":
+            singly = [one.retake_at(now, mine[i], n) for i, n in chosen]
+            batched = many.retake_many_at(now, [(theirs[i], n) for i, n in chosen])
+        else:
+            for i, n in chosen:
+                one.refund_at(now, mine[i], n)
+            many.refund_many_at(now, [(theirs[i], n) for i, n in chosen])
+            return [], []
+    mine += singly
+    theirs += batched
+    return singly, batched

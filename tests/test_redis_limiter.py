@@ -830,8 +830,10 @@ def unreachable(monkeypatch: pytest.MonkeyPatch, limiter: RedisLimiter) -> None:
         raise RedisConnectionError("connection refused (simulated)")
 
     # the pool, where redis-py's commands get their connections, and the Lua calls' own
+    # (single calls, and the batches' pipelines)
     monkeypatch.setattr(limiter._client.connection_pool, "get_connection", refused)
     monkeypatch.setattr(limiter._calls, "_fcall", refused)
+    monkeypatch.setattr(limiter._calls, "_on_lane", refused)
 
 
 async def test_coming_back_does_not_grant_again_a_burst_spent_locally(

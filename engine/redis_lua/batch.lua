@@ -1,0 +1,100 @@
+-- KEYS: the seed marker, the set of processes that reserved lately, then the buckets of every
+-- entry, entry after entry.
+-- ARGV: this process's name in that set ('' leaves the set alone: written a few times a second,
+-- as in reserve.lua), how many seconds a process stays in it after its last reservation; then
+-- three per entry: how many buckets it has, n (the tokens asked for; 0 for a refund), and the
+-- tokens to give back to each of its buckets first (a retake's earlier reservation, or a
+-- refund's tokens).
+-- Each entry is what reserve.lua (n > 0) or refund.lua (n = 0) does, in order and at one
+-- reading of TIME: each sees what the entries before it took and gave back. A bucket is read
+-- once, when an entry first names it, and written once, at the end, if any entry changed it: so
+-- a read that fails (WRONGTYPE) leaves every bucket as it was.
+-- Returns {0, processes, granted_1, wait_1, granted_2, wait_2, ...} as reserve.lua returns them
+-- (a refund's: 0, '0'; processes -1 when the set was left alone); or {-1} when an entry
+-- reserves and the marker is gone (Redis lost its data): nothing is done, and the caller
+-- seeds Redis and calls again.
+local entries = (#ARGV - 2) / 3
+for e = 1, entries do
+  if tonumber(ARGV[3 * e + 1]) > 0 then
+    if redis.call('EXISTS', KEYS[1]) == 0 then
+      return {-1}
+    end
+    break
+  end
+end
+local now = now_s()
+local processes = -1
+if ARGV[1] ~= '' then
+  local seen_s = tonumber(ARGV[2])
+  redis.call('ZADD', KEYS[2], now, ARGV[1])
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. str(now - seen_s))
+  redis.call('PEXPIRE', KEYS[2], ms(seen_s))
+  processes = redis.call('ZCARD', KEYS[2])
+end
+
+-- Per bucket read so far: {b = the bucket or false (no limit), held = seconds blocked, dirty}.
+local seen, order = {}, {}
+local function state(key)
+  local s = seen[key]
+  if not s then
+    local f = fields(key)
+    s = {b = load(f, now) or false, held = blocked_for(f, now), dirty = false}
+    seen[key] = s
+    order[#order + 1] = key
+  end
+  return s
+end
+
+-- Seconds until every bucket of `mine` has one more token (`blocked` at least), as a string.
+local function wait_for(mine, blocked)
+  local wait = blocked
+  for _, s in ipairs(mine) do
+    local w = wait_one(s.b, now)
+    if w < 0 then
+      return '-1'
+    end
+    wait = math.max(wait, w)
+  end
+  return str(wait)
+end
+
+local out, k = {0, processes}, 2
+for e = 1, entries do
+  local count, n, back = tonumber(ARGV[3 * e]), tonumber(ARGV[3 * e + 1]), tonumber(ARGV[3 * e + 2])
+  local mine, blocked, granted = {}, 0, n
+  for i = k + 1, k + count do
+    local s = state(KEYS[i])
+    blocked = math.max(blocked, s.held)
+    if s.b then
+      if s.held == 0 and back > 0 then
+        s.b.tokens = math.min(s.b.burst, s.b.tokens + back)
+        s.dirty = true
+      end
+      mine[#mine + 1] = s
+      granted = math.min(granted, whole(s.b.tokens))
+    end
+  end
+  k = k + count
+  if blocked > 0 then
+    granted = 0
+  end
+  if granted > 0 then
+    for _, s in ipairs(mine) do
+      s.b.tokens = s.b.tokens - granted
+      s.dirty = true
+    end
+  end
+  out[#out + 1] = granted
+  if granted == n then
+    out[#out + 1] = '0'
+  else
+    out[#out + 1] = wait_for(mine, blocked)
+  end
+end
+for _, key in ipairs(order) do
+  local s = seen[key]
+  if s.dirty then
+    save(key, s.b, now)
+  end
+end
+return out
