@@ -17,6 +17,8 @@ the send and stop timeouts) goes through the ``Clock``: tests run all this on vi
 from __future__ import annotations
 
 import asyncio
+import collections
+import itertools
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -24,9 +26,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from engine.circuit import Circuits
 from engine.clock import Clock
 from engine.completer import Completer
-from engine.directory import Directory
+from engine.directory import Directory, Route
 from engine.dispatch_settings import DispatcherSettings
-from engine.domain import BucketScope, NotificationState
+from engine.domain import NotificationState
 from engine.due import DueBook
 from engine.errors import OmniPostError, SecretUnreadable
 from engine.limiter import Limiter, Reservation
@@ -42,12 +44,11 @@ __all__ = ["Dispatcher", "DispatcherSettings"]
 
 log = logging.getLogger(__name__)
 
+_KEYS_PER_CLAIM = 1  # keys of one provider's line served by one claim
 _PROBES_PER_ROUND = 500  # keys whose count ran out, looked at alone in one round
-_LONGEST_WAIT_S = 30.0  # a key behind a very slow bucket asks again at least this often
 
 
-def _capped(wait_s: float, most_s: float) -> float:
-    return wait_s if wait_s < most_s else most_s
+Ask = tuple[Key, Route, int]  # a key, its route, how many to reserve and lease
 
 
 class Dispatcher:
@@ -239,13 +240,19 @@ class Dispatcher:
                 if blocked_s > 0:  # its circuit is open; no probe yet, or another worker's
                     wait_s = blocked_s if blocked_s < wait_s else wait_s
                     continue
-            for _ in range(len(line)):
-                if not line or book.held_for_s(provider_id, self._clock.monotonic()) > 0:
+            probing = not (circuits.all_closed or circuits.is_closed(provider_id))
+            visits = len(line)  # each key at most once a round
+            while visits > 0 and line:
+                if book.held_for_s(provider_id, self._clock.monotonic()) > 0:
                     break
                 if self._work.full(self.settings, self.concurrency):
                     self._senders.starved = True  # a send that ends wakes the loop
                     return 0.0 if progressed else self._round_wait_s(wait_s)
-                progressed |= await self._serve(line[0]) > 0
+                visited, leased = await self._serve_line(line, probing=probing)
+                visits -= visited
+                progressed |= leased > 0
+                if probing or not visited:
+                    break
         if book.probes or (progressed and book.has_ready(self._clock.monotonic())):
             return 0.0  # keys whose count ran out are looked at before any sleep
         return self._round_wait_s(wait_s)
@@ -262,80 +269,111 @@ class Dispatcher:
             wait_s = look_s if look_s < wait_s else wait_s
         return wait_s if wait_s > 0.001 else 0.001
 
-    async def _serve(self, key: Key) -> int:
-        """Reserve and lease up to its ``_room`` for ``key``, the first of its line; returns
-        how many were leased. The key then goes to the back of its line, waits for its own
+    async def _serve_line(self, line: collections.deque[Key], *, probing: bool) -> tuple[int, int]:
+        """Serve the first keys of one provider's ``line`` together: reserve for each up to
+        its ``_room`` (all of them at most what the senders can take), lease for all of them
+        in one claim, then take their tokens again. Returns how many keys it visited and how
+        many it leased. Each key then goes to the back of the line, waits for its own
         buckets, or (drained) is looked at alone; a provider's bucket that ran dry holds the
-        provider's whole line."""
-        book = self._book
-        route = self._dir.route(key)
-        if route is None:
-            book.drop(key)
-            return 0
-        tenant_id, provider_id = key
-        paced, per = route.paced, route.per
-        room = self._work.room(self.settings, self.concurrency, paced=paced, per=per)
-        if room <= 0:
-            self._senders.starved = True
-            book.served(key, 0, drained=False)  # to the back: the next key may be unpaced
-            return 0
-        circuits = self.circuits  # not closed: its probe is due (else the round passed it)
-        probing = not (circuits.all_closed or circuits.is_closed(provider_id))
+        whole line. ``probing``: the provider's circuit probe is due: one lease, alone."""
+        asks = self._gather(line, probing=probing)
+        if not asks or asks[0][2] == 0:  # no route, or no room for the first key
+            return len(asks), 0
         reserved_at = self._clock.monotonic()
-        due = book.due[key]
-        asked = 1 if probing else (room if room < due else due)
-        reservation = await self._limiter.reserve(route.buckets, asked)
-        if reservation.granted == 0:
-            self._held(key, reservation, served=False)
-            return 0
-        if probing and not await self.circuits.take_probe(provider_id):
-            await self._limiter.refund(reservation, reservation.granted)
-            book.served(key, 0, drained=False)  # another worker probes it
-            return 0
-        claimed = await self._store.queue.claim(
-            tenant_id,
-            provider_id,
-            reservation.granted,
+        reservations = await self._limiter.reserve_many([(r.buckets, n) for _k, r, n in asks])
+        granted = [i for i, got in enumerate(reservations) if got.granted > 0]
+        provider_id = asks[0][0][1]
+        if probing and granted and not await self.circuits.take_probe(provider_id):
+            await self._limiter.refund(reservations[0], reservations[0].granted)
+            self._book.served(asks[0][0], 0, drained=False)  # another worker probes it
+            return 1, 0
+        claimed = await self._store.queue.claim_many(
+            [(*asks[i][0], reservations[i].granted) for i in granted],
             owner=self.owner,
             lease_s=self.settings.lease_s,
             now=self._clock.wall(),
         )
+        by_ask = dict(zip(granted, claimed, strict=True))
+        total = 0
+        provider_held = False
+        for i, (key, route, asked) in enumerate(asks):  # in line order: the book's turn
+            reservation = reservations[i]
+            if reservation.granted == 0:
+                if not provider_held:  # behind a provider found empty: not its turn yet
+                    provider_held = self._book.hold(
+                        key, reservation, self._clock.monotonic(), self.settings.poll_s
+                    )
+                continue
+            got, held = await self._settle(key, route, asked, reservation, by_ask[i], reserved_at)
+            provider_held |= held
+            if probing:
+                await self.circuits.probing(provider_id, got)
+            total += len(got)
+        return len(asks), total
+
+    def _gather(self, line: collections.deque[Key], *, probing: bool) -> list[Ask]:
+        """The first keys of ``line`` to serve together and how many to ask for each: as many
+        as their counts say, within the room the senders leave, at most ``_KEYS_PER_CLAIM``,
+        all paced or none. A first key without room goes to the back, asked for 0."""
+        book, settings = self._book, self.settings
+        asks: list[Ask] = []
+        dropped: list[Key] = []
+        used = 0
+        for key in itertools.islice(line, 1 if probing else _KEYS_PER_CLAIM):
+            route = self._dir.route(key)
+            if route is None:
+                dropped.append(key)
+                continue
+            if asks and route.paced is not asks[0][1].paced:
+                break  # paced keys' leases go before the others': not in one claim with them
+            room = self._work.room(settings, self.concurrency, paced=route.paced, per=route.per)
+            room -= used
+            if room <= 0:
+                if not asks:  # to the back: the next key may be one no limit paces
+                    self._senders.starved = True  # a send that ends wakes the loop
+                    book.served(key, 0, drained=False)
+                    asks.append((key, route, 0))
+                break
+            due = book.due[key]
+            asked = 1 if probing else (room if room < due else due)
+            asks.append((key, route, asked))
+            used += asked
+        for key in dropped:
+            book.drop(key)
+        return asks
+
+    async def _settle(
+        self,
+        key: Key,
+        route: Route,
+        asked: int,
+        reservation: Reservation,
+        claimed: list[Leased],
+        reserved_at: float,
+    ) -> tuple[list[Leased], bool]:
+        """One key's claim after its reservation: its tokens taken again, its parcels handed
+        to the senders, its place in the book; returns the leases kept, and whether its
+        provider's bucket ran dry."""
         if len(claimed) == reservation.granted and self._clock.monotonic() == reserved_at:
             leased, taken_at = claimed, reserved_at  # ``_retake``'s answer, without its call
         else:
             leased, taken_at = await self._retake(reservation, claimed, reserved_at)
-        if probing:
-            await self.circuits.probing(provider_id, leased)
         # Fewer rows than tokens: none is due now (a retake that fell short released rows
         # that are still due: the key waits for tokens instead).
         drained = len(claimed) < reservation.granted
-        book.served(key, len(leased), drained=drained)
+        self._book.served(key, len(leased), drained=drained)
+        per, paced = route.per, route.paced
         for first in range(0, len(leased), per):  # a parcel of one (the most) is not sliced
             parcel = leased if len(leased) == 1 else leased[first : first + per]
             self._work.put(key, parcel, taken_at, paced=paced)
         if not drained and (reservation.granted < asked or len(leased) < len(claimed)):
-            self._held(key, reservation, served=True)  # its buckets ran dry
-        return len(leased)
+            return leased, self._book.hold(
+                key, reservation, self._clock.monotonic(), self.settings.poll_s
+            )  # its buckets ran dry
+        return leased, False
 
-    def _held(self, key: Key, reservation: Reservation, *, served: bool) -> None:
-        """``key``'s buckets granted less than asked: a provider's bucket holds the provider's
-        whole line (the key keeps its place unless ``served``), the tenant's or the pair's
-        holds the key alone, until they grant again."""
-        book = self._book
-        mono = self._clock.monotonic()
-        own_s = None
-        for i, bucket in enumerate(reservation.held_by):
-            for_s = reservation.held_for_s[i] if i < len(reservation.held_for_s) else 0.0
-            if bucket.scope is BucketScope.PROVIDER:
-                book.hold_provider(key[1], mono + _capped(for_s, self.settings.poll_s))
-            elif own_s is None or for_s > own_s:
-                own_s = for_s
-        if own_s is None and not reservation.held_by:
-            own_s = reservation.wait_s  # the limiter did not say which: the key waits
-        if own_s is not None:
-            book.wait(key, mono + _capped(own_s, _LONGEST_WAIT_S))
-        elif not served:
-            return  # held by its provider alone: first in line when it refills
+    def _hold(self, key: Key, reservation: Reservation) -> bool:
+        return self._book.hold(key, reservation, self._clock.monotonic(), self.settings.poll_s)
 
     async def _retake(
         self, reservation: Reservation, claimed: list[Leased], reserved_at: float

@@ -25,11 +25,14 @@ import contextlib
 import heapq
 from collections.abc import Iterable, Iterator, Mapping
 
+from engine.domain import BucketScope
+from engine.limiter import Reservation
 from engine.store import DueKey
 
 __all__ = ["DueBook", "Key"]
 
 Key = tuple[int, int]  # (tenant id, provider id)
+_LONGEST_WAIT_S = 30.0  # a key behind a very slow bucket asks again at least this often
 
 
 class DueBook:
@@ -179,12 +182,11 @@ class DueBook:
         self._held[provider] = until
 
     def served(self, key: Key, leased: int, *, drained: bool) -> None:
-        """``key``, first in its line, leased ``leased`` rows; ``drained``: the claim found
-        fewer than it asked for, or the count ran out (then it is looked at alone). Otherwise
-        it goes to the back of its line."""
+        """``key`` (first in its line, as a rule) leased ``leased`` rows; ``drained``: the
+        claim found fewer than it asked for, or the count ran out (then it is looked at
+        alone). Otherwise it goes to the back of its line."""
         line = self._lines[key[1]]
-        if line and line[0] == key:
-            line.popleft()
+        _take(line, key)
         left = self.due.get(key, 0) - leased
         if drained or left <= 0:
             self.due.pop(key, None)
@@ -194,16 +196,32 @@ class DueBook:
             line.append(key)
 
     def wait(self, key: Key, until: float) -> None:
-        """``key``, first in its line (or last, just ``served``), waits for its own buckets
-        until monotonic ``until``."""
-        line = self._lines[key[1]]
-        if line and line[0] == key:
-            line.popleft()
-        elif line and line[-1] == key:
-            line.pop()
+        """``key`` (first in its line or last, just ``served``, as a rule) waits for its own
+        buckets until monotonic ``until``."""
+        _take(self._lines[key[1]], key)
         if key in self.due:
             self._wait_until[key] = until
             heapq.heappush(self._waiting, (until, key))
+
+    def hold(self, key: Key, reservation: Reservation, mono: float, poll_s: float) -> bool:
+        """``key``'s buckets granted less than asked at monotonic ``mono``: a provider's
+        bucket holds the provider's whole line (at most ``poll_s``; the key keeps its place),
+        the tenant's or the pair's holds the key alone, until they grant again (at most
+        ``_LONGEST_WAIT_S``). Returns whether the provider's did."""
+        own_s = None
+        provider = False
+        for i, bucket in enumerate(reservation.held_by):
+            for_s = reservation.held_for_s[i] if i < len(reservation.held_for_s) else 0.0
+            if bucket.scope is BucketScope.PROVIDER:
+                self._held[key[1]] = mono + (for_s if for_s < poll_s else poll_s)
+                provider = True
+            elif own_s is None or for_s > own_s:
+                own_s = for_s
+        if own_s is None and not reservation.held_by:
+            own_s = reservation.wait_s  # the limiter did not say which: the key waits
+        if own_s is not None:  # else held by its provider alone: in place when it refills
+            self.wait(key, mono + (own_s if own_s < _LONGEST_WAIT_S else _LONGEST_WAIT_S))
+        return provider
 
     def drop(self, key: Key) -> None:
         """``key`` has no route (its tenant or provider went): forgotten until it comes again."""
@@ -284,3 +302,16 @@ class DueBook:
             f"DueBook(ready={ready}, waiting={len(self._wait_until)}, parked={len(self._parked)},"
             f" probes={len(self.probes)}, held={len(self._held)})"
         )
+
+
+def _take(line: collections.deque[Key], key: Key) -> None:
+    """Take ``key`` out of ``line``: at once from either end, where a round finds it."""
+    if not line:
+        return
+    if line[0] == key:
+        line.popleft()
+    elif line[-1] == key:
+        line.pop()
+    else:
+        with contextlib.suppress(ValueError):
+            line.remove(key)

@@ -224,6 +224,13 @@ class MemoryQueue:
     async def queued_counts(self) -> dict[Key, int]:
         return {key: n for key, n in self._queued.items() if n > 0}
 
+    async def claim_many(
+        self, asks: Sequence[tuple[int, int, int]], *, owner: str, lease_s: float, now: float
+    ) -> list[list[Leased]]:
+        return [
+            await self.claim(t, p, n, owner=owner, lease_s=lease_s, now=now) for t, p, n in asks
+        ]
+
     async def claim(
         self, tenant_id: int, provider_id: int, n: int, *, owner: str, lease_s: float, now: float
     ) -> list[Leased]:

@@ -62,7 +62,7 @@ async def second_store(store_url: str, box: SecretBox) -> AsyncIterator[Store]:
         yield s
 
 
-async def test_real_time_twenty_workers_drain_a_hundred_exactly_once(
+async def test_real_time_twenty_workers_drain_three_hundred_exactly_once(
     store: Store, second_store: Store, tmp_path: Path
 ) -> None:
     out = tmp_path / "out.jsonl"
@@ -74,24 +74,26 @@ async def test_real_time_twenty_workers_drain_a_hundred_exactly_once(
     try:
         await engines[0].add_tenant("acme")
         await engines[0].add_provider("f", "file", options={"path": str(out)})
-        await enqueue_numbered(engines[0], "acme", "f", 100)
+        await enqueue_numbered(engines[0], "acme", "f", 300)
         for engine in engines:
             await engine.open()
         await asyncio.gather(*(engine.start() for engine in engines))
-        await eventually(lambda: all_delivered(store, 100), 30, "100 delivered")
+        await eventually(lambda: all_delivered(store, 300), 30, "300 delivered")
         await asyncio.gather(*(engine.stop() for engine in engines))
 
         assert len({engine.worker_id for engine in engines}) == 20
         keys = read_keys(out)
-        assert keys == Counter({f"acme/acme-{i}": 1 for i in range(100)})
+        assert keys == Counter({f"acme/acme-{i}": 1 for i in range(300)})
         tenant_id = engines[0].directory.tenant_id("acme")
         assert tenant_id is not None
-        assert await counts(store) == {(tenant_id, NotificationState.DELIVERED): 100}
+        assert await counts(store) == {(tenant_id, NotificationState.DELIVERED): 300}
         log = await store.queue.deliveries(tenant_id, limit=1000)
-        assert len({entry.notification_id for entry in log}) == len(log) == 100
+        assert len({entry.notification_id for entry in log}) == len(log) == 300
         assert {entry.outcome for entry in log} == {Outcome.DELIVERED}
-        assert len({entry.worker for entry in log}) > 1  # the work was shared
-        assert sum(engine.dispatcher.delivered for engine in engines) == 100
+        # The work was shared (with instant sends, one worker whose claims come back first
+        # can drain a hundred before the others' first claims are answered).
+        assert len({entry.worker for entry in log}) > 1
+        assert sum(engine.dispatcher.delivered for engine in engines) == 300
         assert sum(engine.telemetry.totals().takeovers for engine in engines) == 0
     finally:
         for engine in engines:

@@ -24,7 +24,17 @@ from typing import Any
 from engine.domain import NotificationState, Outcome
 from engine.store.records import Completion
 
-__all__ = ["CLAIM_SQL", "DELIVER_SQL", "ENQUEUE_SQL", "KEYS_SQL", "claim", "deliver", "enqueue"]
+__all__ = [
+    "CLAIM_MANY_SQL",
+    "CLAIM_SQL",
+    "DELIVER_SQL",
+    "ENQUEUE_SQL",
+    "KEYS_SQL",
+    "claim",
+    "claim_many",
+    "deliver",
+    "enqueue",
+]
 
 _QUEUED = NotificationState.QUEUED.value
 _LEASED = NotificationState.LEASED.value
@@ -50,6 +60,26 @@ UPDATE notifications
 SET state = $8, lease_owner = $5, lease_expires_at = $6, attempt = attempt + 1
 WHERE id IN (SELECT id FROM picked)
 RETURNING id, recipient, payload, idempotency_key, attempt, failures, max_attempts, enqueued_at
+"""
+
+# ``CLAIM_SQL`` for many keys in one statement: each (tenant, provider, n) picks its rows in a
+# LATERAL subquery, locked and skipped as the single claim does; one trip, however many keys.
+CLAIM_MANY_SQL = """
+WITH picked AS MATERIALIZED (
+    SELECT x.id FROM unnest($1::integer[], $2::integer[], $3::integer[]) AS a(t, p, n)
+    CROSS JOIN LATERAL (
+        SELECT id FROM notifications
+        WHERE state = $7 AND tenant_id = a.t AND provider_id = a.p AND available_at <= $4
+        ORDER BY priority DESC, id
+        LIMIT a.n
+        FOR UPDATE SKIP LOCKED
+    ) AS x
+)
+UPDATE notifications
+SET state = $8, lease_owner = $5, lease_expires_at = $6, attempt = attempt + 1
+WHERE id IN (SELECT id FROM picked)
+RETURNING id, recipient, payload, idempotency_key, attempt, failures, max_attempts, enqueued_at,
+    tenant_id, provider_id
 """
 
 # The fence on owner and state is written ``IS NOT DISTINCT FROM`` (the same test here: neither
@@ -156,6 +186,19 @@ async def claim(
     enqueued_at). ``conn``: an asyncpg connection outside any transaction."""
     args = (tenant_id, provider_id, now, n, owner, expires, _QUEUED, _LEASED)
     return list(await conn.fetch(CLAIM_SQL, *args))
+
+
+async def claim_many(
+    conn: Any, asks: Sequence[tuple[int, int, int]], owner: str, expires: float, now: float
+) -> list[list[Any]]:
+    """``claim`` for each (tenant, provider, n) of ``asks`` in one statement; returns each
+    ask's leased rows (as ``claim``'s), in the order of ``asks``."""
+    columns = ([a[0] for a in asks], [a[1] for a in asks], [a[2] for a in asks])
+    rows = await conn.fetch(CLAIM_MANY_SQL, *columns, now, owner, expires, _QUEUED, _LEASED)
+    by_key: dict[tuple[int, int], list[Any]] = {}
+    for row in rows:
+        by_key.setdefault((row[8], row[9]), []).append(row[:8])
+    return [by_key.get((a[0], a[1]), []) for a in asks]
 
 
 async def deliver(conn: Any, completions: Sequence[Completion], worker: str) -> set[int]:

@@ -119,6 +119,13 @@ class QueueRepo(QueueReads):
                 ),
                 lane="claim",  # one claim at a time per dispatcher: a connection of its own
             )
+        return await self._leases(rows, tenant_id, provider_id, owner, expires)
+
+    async def _leases(
+        self, rows: Sequence[Any], tenant_id: int, provider_id: int, owner: str, expires: float
+    ) -> list[Leased]:
+        """A claim's rows as leases, in id order; with keys that cannot open a recipient the
+        rows go back at once, unspent, and ``SecretUnreadable`` is raised."""
         decrypt, loads = self._box.decrypt, json.loads
         try:
             leased = [
@@ -145,6 +152,36 @@ class QueueRepo(QueueReads):
             raise
         leased.sort(key=lambda item: item.id)
         return leased
+
+    async def claim_many(
+        self, asks: Sequence[tuple[int, int, int]], *, owner: str, lease_s: float, now: float
+    ) -> list[list[Leased]]:
+        """``claim`` for each (tenant id, provider id, n) of ``asks`` at once: one statement
+        on Postgres, one transaction on SQLite. Returns each ask's leases, in order."""
+        if len(asks) <= 1:  # the single claim's plainer statement (and none for no ask)
+            return [await self.claim(*a, owner=owner, lease_s=lease_s, now=now) for a in asks]
+        expires = now + lease_s
+        if self._db.is_sqlite:
+            found: list[list[Any]] = await self._db.write_in_thread(
+                functools.partial(
+                    sqlite_hot.claim_many, asks=asks, owner=owner, expires=expires, now=now
+                )
+            )
+        else:
+            found = await self._db.write_on_driver(
+                functools.partial(
+                    pg_hot.claim_many, asks=asks, owner=owner, expires=expires, now=now
+                ),
+                lane="claim",
+            )
+        pairs = list(zip(asks, found, strict=True))
+        try:
+            return [await self._leases(rows, t, p, owner, expires) for (t, p, _n), rows in pairs]
+        except SecretUnreadable:  # every key's rows go back, not only the unreadable one's
+            await self.release(
+                owner, [_unread(r, t, p, owner) for (t, p, _n), rs in pairs for r in rs]
+            )
+            raise
 
     async def renew(self, owner: str, *, lease_s: float, now: float) -> int:
         """Extend every lease ``owner`` holds; returns how many it still holds."""

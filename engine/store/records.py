@@ -157,7 +157,8 @@ class DueKey:
     provider_id: int
     due: int
     next_available_at: float
-    queued: int | None = None  # its queued rows in the kept counts, when the look read them
+    # Its queued rows in the kept counts, when the look read them (not part of its value).
+    queued: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

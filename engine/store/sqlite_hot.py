@@ -31,6 +31,7 @@ __all__ = [
     "CLAIM_SQL",
     "LOG_SQL",
     "claim",
+    "claim_many",
     "deliver",
     "deliver_sql",
     "enqueue",
@@ -166,6 +167,35 @@ def claim(
         conn.execute("ROLLBACK")
         raise
     return rows
+
+
+def claim_many(
+    conn: sqlite3.Connection,
+    asks: Sequence[tuple[int, int, int]],
+    owner: str,
+    expires: float,
+    now: float,
+) -> list[list[tuple[Any, ...]]]:
+    """``claim`` for each (tenant, provider, n) of ``asks``, in one transaction (one trip to
+    the writer's thread); returns each ask's leased rows, in the order of ``asks``."""
+    args: dict[str, Any] = {
+        "leased": _LEASED,
+        "owner": owner,
+        "expires": expires,
+        "queued": _QUEUED,
+        "now": now,
+    }
+    _transaction(conn)
+    try:
+        found = []
+        for tenant_id, provider_id, n in asks:
+            args["tenant"], args["provider"], args["n"] = tenant_id, provider_id, n
+            found.append(conn.execute(CLAIM_SQL, args).fetchall())
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return found
 
 
 def deliver(conn: sqlite3.Connection, completions: Sequence[Completion], worker: str) -> set[int]:
