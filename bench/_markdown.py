@@ -15,6 +15,7 @@ from pathlib import Path
 import _sections as sections
 import jinja2
 from _sections import Data
+from _tenants_section import tenants as tenants_section
 from tabulate import tabulate
 
 __all__ = ["render", "table"]
@@ -60,6 +61,7 @@ def render(
         scale=section("scale_queue", sections.scale),
         deep=section("deep_store", sections.deep),
         plan=section("plan", sections.plan),
+        tenants=section("tenants", tenants_section),
         micro=sections.micro(data.get("bucket"), data.get("redis_limiter")),
     )
     return reflow(page)

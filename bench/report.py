@@ -49,6 +49,7 @@ BENCHES: dict[str, tuple[str, list[str], bool]] = {
     "bucket": ("bucket.py", ["--number", "300000"], False),
     "redis_limiter": ("redis_limiter.py", ["--repeat", "5"], False),
     "plan": ("plan.py", [], True),
+    "tenants": ("tenants.py", ["--duration", "10"], True),
 }
 # --quick: the same code paths in well under a minute, for checking the scripts, not numbers.
 QUICK: dict[str, list[str]] = {
@@ -66,6 +67,16 @@ QUICK: dict[str, list[str]] = {
         *("--seconds", "0.2", "--repeat", "1", "--drain-count", "1000", "--drain-repeat", "1"),
     ],
     "plan": ["--quick"],
+    "tenants": [
+        "--tenants",
+        "10,100",
+        "--stores",
+        "sqlite",
+        "--limiter",
+        "local",
+        "--duration",
+        "3",
+    ],
 }
 COLORS = {"omnipost": "#2b6cb0", "omnipost_wide": "#63b3ed", "procrastinate": "#dd6b20"}
 COLORS |= {"ceiling": "#718096", "local": "#2b6cb0", "redis": "#c53030"}
