@@ -34,7 +34,7 @@ class _Entry:
 class Activity:
     __slots__ = ("_pairs", "capacity", "tau_s")
 
-    def __init__(self, capacity: int = 1024, *, tau_s: float = _TAU_S) -> None:
+    def __init__(self, capacity: int = 512, *, tau_s: float = _TAU_S) -> None:
         if capacity < 1:
             raise ValueError(f"an activity record keeps at least 1 pair, not {capacity!r}.")
         self.capacity = capacity

@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 
 
 _FORGET_WORKERS_S = 24 * 3600.0
+_RELOAD_ANYWAY_S = 60.0  # the configuration is read again at least this often
 
 
 class EngineState(enum.StrEnum):
@@ -83,6 +84,8 @@ class Engine(ConfigApi, NotificationsApi, RetentionApi, KeysApi, HealthApi, Plan
         self._started_at = 0.0
         self._stopped = asyncio.Event()
         self._glance = Glance()
+        self._config_token: tuple[int, ...] = ()
+        self._config_read_at = -_RELOAD_ANYWAY_S
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -253,7 +256,15 @@ class Engine(ConfigApi, NotificationsApi, RetentionApi, KeysApi, HealthApi, Plan
             self.dispatcher.wake()
 
     async def _refresh(self) -> None:
-        await self.directory.refresh()
+        """Load the configuration again when it changed (its token moved: every change to
+        the store's configuration is audited; a read of four aggregates, where reading it
+        all takes a second at 10,000 tenants with a pair limit each), and every
+        ``_RELOAD_ANYWAY_S`` whatever the token says."""
+        token = await self.store.glance.config_token()
+        stale = self.clock.monotonic() - self._config_read_at >= _RELOAD_ANYWAY_S
+        if token != self._config_token or stale:
+            await self.directory.refresh()
+            self._config_token, self._config_read_at = token, self.clock.monotonic()
         # Also while paused (a console that only watches): the snapshot shows this view.
         await self.dispatcher.circuits.refresh()
 

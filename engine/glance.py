@@ -6,7 +6,7 @@
   (``Telemetry.activity``; a bucket untouched for burst / rate seconds is full, so the
   emptiest are among these), last snapshot's emptiest, the providers', the busiest by the
   activity's rates, those matching the view's name filter (at most ``matched``) and the named
-  tenants' own; through ``levels(keys)`` where the limiter has it;
+  tenants' own, through ``Limiter.levels(keys)``;
 - the depth of the named tenants and of the deepest ones: their rows of the kept counts and
   one index entry each (``GlanceReads.depth_of``);
 - every ``totals_every_s``: the totals and the choice of the deepest tenants
@@ -17,10 +17,10 @@ The name filter's matches are worked out once per filter text and configuration.
 
 from __future__ import annotations
 
+import asyncio
 import heapq
-import inspect
 import math
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from engine.activity import Activity
@@ -33,7 +33,7 @@ from engine.telemetry import TenantDepth, tenant_depths
 
 __all__ = ["Glance", "GlanceRead", "candidates", "levels_of", "pick_buckets"]
 
-RECENT_PAIRS = 256  # pairs that sent last whose buckets are read for the emptiest
+RECENT_PAIRS = 192  # pairs that sent last whose buckets are read for the emptiest
 FULL = 0.999  # a bucket at least this full is not "emptiest"
 
 
@@ -50,22 +50,10 @@ class GlanceRead:
     deepest: tuple[TenantDepth, ...]
 
 
-_TAKES_KEYS: dict[type, bool] = {}
-
-
 async def levels_of(limiter: Limiter, keys: Collection[BucketKey]) -> list[BucketLevel]:
-    """The levels of the configured buckets among ``keys``: ``limiter.levels(keys)`` (a cost
-    proportional to ``len(keys)``), or every level filtered where the limiter cannot yet
-    take keys."""
-    kind = type(limiter)
-    takes = _TAKES_KEYS.get(kind)
-    if takes is None:
-        takes = _TAKES_KEYS[kind] = "keys" in inspect.signature(limiter.levels).parameters
-    levels: Callable[..., Awaitable[list[BucketLevel]]] = limiter.levels
-    if takes:
-        return list(await levels(list(keys)))
-    wanted = set(keys)
-    return [level for level in await levels() if level.key in wanted]
+    """The levels of the configured buckets among ``keys``, at a cost proportional to
+    ``len(keys)`` (``Limiter.levels(keys)``)."""
+    return list(await limiter.levels(list(keys)))
 
 
 def candidates(
@@ -157,16 +145,20 @@ class Glance:
         rows = await store.glance.depth_of([*named, *deep_ids])
         names = {t: tenants[t].name if t in tenants else str(t) for t in {*named, *deep_ids}}
         depth = {d.tenant: d for d in tenant_depths(rows, names, wall)}
-        deepest = tuple(depth[names[t]] for t in deep_ids if names[t] in depth)
+        ranked = sorted((d for d in depth.values() if d.queued), key=lambda d: -d.queued)
+        deepest = tuple(ranked[: view.deepest])  # the overview's, and named ones read now
 
-        rates = {k: r for k, r in activity.rates(now).items() if k in limits}
-        busiest = heapq.nlargest(view.busiest, rates, key=rates.__getitem__)
+        await asyncio.sleep(0)  # the loop's other work between the steps below (a few ms each)
+        rates = activity.rates(now)  # unconfigured keys too: only the busiest are checked
+        busiest = _busiest(rates, limits, view.busiest)
         matched, matching_total = self._matching(limits, view.match, view.matched)
         own = [BucketKey.for_tenant(name) for name in view.tenants]
         wanted = candidates(activity, limits, now) | {*self._low, *busiest, *matched}
         wanted |= {k for k in own if k in limits}
         wanted |= {k for k in map(BucketKey.for_provider, providers) if k in limits}
+        await asyncio.sleep(0)
         levels = await levels_of(limiter, wanted)
+        await asyncio.sleep(0)
         picks = pick_buckets(levels, rates, view, matched, matching_total, len(limits))
         self._low = tuple(p.level.key for p in picks.emptiest)
         shown = {p.level.key for p in (*picks.emptiest, *picks.busiest, *picks.matching)}
@@ -204,10 +196,10 @@ class Glance:
     ) -> tuple[list[BucketKey], int]:
         """The first ``cap`` configured keys whose name contains ``text`` (case ignored), by
         name, and how many match in all; worked out again only when the text or the set of
-        configured keys changed."""
+        configured keys changed. With no text: every key when there are at most ``cap``."""
         text = text.strip().lower()
-        if not text:
-            return [], 0
+        if not text:  # no filter: every bucket when they are few enough to show
+            return (sorted(limits, key=str), len(limits)) if len(limits) <= cap else ([], 0)
         if limits is not self._index_src:
             if self._index_src is None or limits.keys() != self._index_src.keys():
                 self._index = sorted((str(k).lower(), k) for k in limits)
@@ -217,6 +209,19 @@ class Glance:
             found = [key for name, key in self._index if text in name]
             self._matches = (text, found, len(found))
         return self._matches[1][:cap], self._matches[2]
+
+
+def _busiest(
+    rates: Mapping[BucketKey, float], limits: Mapping[BucketKey, Limit], n: int
+) -> list[BucketKey]:
+    """The ``n`` configured keys with the highest ``rates``."""
+    found: list[BucketKey] = []
+    for key in sorted(rates, key=rates.__getitem__, reverse=True):
+        if len(found) >= n:
+            break
+        if key in limits:
+            found.append(key)
+    return found
 
 
 def _totals(overview: QueueOverview, wall: float, read_at: float) -> QueueTotals:

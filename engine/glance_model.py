@@ -18,8 +18,10 @@ class SnapshotView:
     whose name (``tenant:acme``, ``pair:acme/sms``, ``provider:sms``) contains this text, case
     ignored, at most ``matched`` of them; ``tenants``: tenants whose queue and own bucket are
     wanted whatever their rank (the rows on screen, a running burst's); ``deepest``: how many
-    of the tenants with the most queued to list; ``totals_every_s``: how stale the totals (and
-    the choice of the deepest tenants) may be, since reading them scans the kept counts.
+    of the tenants with the most queued to list (chosen among those of the last overview and
+    the named tenants, whose queues are read every time); ``totals_every_s``: how stale the
+    totals (and the overview's deepest tenants) may be, since reading them scans the kept
+    counts.
     """
 
     emptiest: int = 8
@@ -44,7 +46,8 @@ class BucketPicks:
     """The buckets a view asked for. ``emptiest``: the lowest of those taken from recently
     (a bucket untouched for burst / rate seconds is full), emptiest first, full ones left out;
     ``busiest``: the most sends per second lately, busiest first; ``matching``: those whose
-    name matches ``SnapshotView.match`` (emptiest first), ``matching_total`` of them in all;
+    name matches ``SnapshotView.match`` (emptiest first), ``matching_total`` of them in all
+    (with no ``match``: every bucket, when at most ``SnapshotView.matched`` are configured);
     ``configured``: buckets with a limit, in all."""
 
     emptiest: tuple[BucketPick, ...] = ()

@@ -30,7 +30,7 @@ from engine import (
     SystemClock,
 )
 from engine.activity import Activity
-from engine.glance import candidates, pick_buckets
+from engine.glance import RECENT_PAIRS, candidates, pick_buckets
 from tests.many_tenants import PROVIDERS, populate, tenant_name
 
 
@@ -115,7 +115,7 @@ async def test_a_views_snapshot_costs_the_same_at_200_and_2000_tenants(
         assert len(snap.buckets) <= view.emptiest + view.busiest + len(view.tenants)
         assert {d.tenant for d in snap.depth} >= set(view.tenants)
     assert statements[2000] == statements[200] <= 4, statements
-    assert levels[2000] <= 3 * 256 + 64, levels  # the recent pairs' buckets, and a few more
+    assert levels[2000] <= 3 * RECENT_PAIRS + 64, levels  # the recent pairs' buckets, and more
 
 
 async def test_the_full_snapshot_still_reads_every_tenant(

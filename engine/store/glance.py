@@ -206,22 +206,28 @@ class GlanceReads:
 
 async def _oldest(conn: AsyncConnection, tenant_ids: Sequence[int]) -> dict[int, float]:
     """When each tenant's oldest queued notification was enqueued: its first entry of
-    ``ix_notifications_tenant_state`` (ids grow with enqueue time)."""
+    ``ix_notifications_tenant_state`` (ids grow with enqueue time), one probe per tenant in
+    one statement (compiled once: the ids are an expanding parameter)."""
     found: dict[int, float] = {}
     for start in range(0, len(tenant_ids), _IDS_PER_QUERY):
-        probes = [_first_queued(t) for t in tenant_ids[start : start + _IDS_PER_QUERY]]
-        for row in await conn.execute(sa.union_all(*probes)):
+        ids = list(tenant_ids[start : start + _IDS_PER_QUERY])
+        for row in await conn.execute(_OLDEST, {"ids": ids}):
             if row[1] is not None:
                 found[int(row[0])] = float(row[1])
     return found
 
 
-def _first_queued(tenant_id: int) -> sa.Select[Any]:
+def _oldest_query() -> sa.Select[Any]:
     first = (
         sa.select(N.c.enqueued_at)
-        .where((N.c.tenant_id == tenant_id) & (N.c.state == _QUEUED))
-        .order_by(N.c.state, N.c.id)
+        .where((N.c.tenant_id == tenants.c.id) & (N.c.state == _QUEUED))
+        .order_by(N.c.state, N.c.id)  # the (tenant_id, state, id) index's order
         .limit(1)
+        .correlate(tenants)
         .scalar_subquery()
     )
-    return sa.select(sa.literal(tenant_id, sa.Integer), first)
+    ids: sa.BindParameter[list[int]] = sa.bindparam("ids", expanding=True)
+    return sa.select(tenants.c.id, first).where(tenants.c.id.in_(ids))
+
+
+_OLDEST = _oldest_query()
