@@ -1,37 +1,55 @@
-"""Fill gauges for every bucket, painted in one widget: cheap to redraw on every sample."""
+"""Fill gauges for a bounded set of buckets, in groups under headings, painted in one widget:
+cheap to redraw on every sample whatever the number of buckets configured."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from PySide6.QtCore import QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QFontMetrics, QPainter, QPaintEvent, QPalette
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPaintEvent, QPalette
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from engine import BucketLevel
 from ui.fmt import fmt_bucket, fmt_duration, fmt_rate
 from ui.theme import fill_colour
 
-__all__ = ["BucketGauges"]
+__all__ = ["BucketGauges", "GaugeGroup", "scope_order"]
 
 _ROW_H = 34
+_HEADING_H = 24
 _MIN_COLUMN_W = 260
 _SCOPE_ORDER = {"tenant": 0, "provider": 1, "pair": 2}
 
 
-def _order(level: BucketLevel) -> tuple[int, str, str]:
+def scope_order(level: BucketLevel) -> tuple[int, str, str]:
+    """Tenants' buckets first, then providers', then pairs', each by name."""
     return (_SCOPE_ORDER.get(str(level.key.scope), 3), level.key.tenant, level.key.provider)
 
 
+@dataclass(frozen=True, slots=True)
+class GaugeGroup:
+    """Gauges under one heading; ``notes`` (by bucket, same order) replace a gauge's token
+    text (``12.5/s sent``); ``empty`` is said when there are no levels."""
+
+    heading: str
+    levels: tuple[BucketLevel, ...]
+    notes: tuple[str, ...] = ()
+    empty: str = ""
+
+
 class BucketGauges(QWidget):
-    """One row per bucket: its name and rate, a bar of tokens / burst coloured as it nears
-    empty, and the token count. A blocked bucket (a provider said 429) is grey."""
+    """Groups of gauges under headings (``set_groups``), or one group without (``set_levels``).
+    A gauge: the bucket's name and rate, a bar of tokens / burst coloured as it nears empty,
+    and the token count (or the group's note for it). A blocked bucket (a provider said 429)
+    is grey."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self._levels: list[BucketLevel] = []
+        self._groups: list[GaugeGroup] = []
         self._colours: dict[str, QColor] = {}
+        self.empty_text = "No rate limits are configured: every bucket is unlimited."
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Minimum)
         self.setToolTip(
             "Tokens left in each bucket. A send takes one token from every bucket that applies "
@@ -40,21 +58,38 @@ class BucketGauges(QWidget):
 
     @property
     def levels(self) -> list[BucketLevel]:
-        return list(self._levels)
+        """Every level shown, group after group."""
+        return [level for group in self._groups for level in group.levels]
+
+    @property
+    def groups(self) -> list[GaugeGroup]:
+        return list(self._groups)
 
     def set_levels(
         self, levels: Sequence[BucketLevel], colours: Mapping[str, QColor] | None = None
     ) -> None:
-        """Show ``levels``; ``colours`` (by ``str(key)``) mark each bucket like its curve."""
-        ordered = sorted(levels, key=_order)
+        """Show ``levels`` (tenants, then providers, then pairs); ``colours`` (by
+        ``str(key)``) mark each bucket like its curve."""
+        ordered = tuple(sorted(levels, key=scope_order))
+        self.set_groups([GaugeGroup("", ordered)] if ordered else [], colours)
+
+    def set_groups(
+        self, groups: Sequence[GaugeGroup], colours: Mapping[str, QColor] | None = None
+    ) -> None:
+        """Show ``groups`` in order; repainted only when something changed."""
         if colours is not None:
             self._colours = dict(colours)
-        if ordered != self._levels:
-            resized = len(ordered) != len(self._levels)
-            self._levels = ordered
+        groups = list(groups)
+        if groups != self._groups:
+            resized = self._shape(groups) != self._shape(self._groups)
+            self._groups = groups
             if resized:
                 self.updateGeometry()
             self.update()
+
+    @staticmethod
+    def _shape(groups: Sequence[GaugeGroup]) -> list[tuple[bool, int]]:
+        return [(bool(g.heading), len(g.levels)) for g in groups]
 
     def _columns(self, width: int) -> int:
         return max(1, min(3, width // _MIN_COLUMN_W))
@@ -63,8 +98,14 @@ class BucketGauges(QWidget):
         return True
 
     def heightForWidth(self, width: int) -> int:
-        rows = math.ceil(max(1, len(self._levels)) / self._columns(width))
-        return rows * _ROW_H + 8
+        if not self._groups:
+            return _ROW_H + 8
+        columns = self._columns(width)
+        height = 8
+        for group in self._groups:
+            height += _HEADING_H if group.heading else 0
+            height += math.ceil(max(1, len(group.levels)) / columns) * _ROW_H
+        return height
 
     def sizeHint(self) -> QSize:
         return QSize(2 * _MIN_COLUMN_W, self.heightForWidth(2 * _MIN_COLUMN_W))
@@ -76,26 +117,56 @@ class BucketGauges(QWidget):
         painter = QPainter(self)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         palette = self.palette()
-        if not self._levels:
-            painter.setPen(palette.color(QPalette.ColorRole.PlaceholderText))
-            painter.drawText(
-                self.rect(),
-                Qt.AlignmentFlag.AlignCenter,
-                "No rate limits are configured: every bucket is unlimited.",
-            )
+        muted = palette.color(QPalette.ColorRole.PlaceholderText)
+        if not self._groups:
+            painter.setPen(muted)
+            painter.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, self.empty_text)
             return
         columns = self._columns(self.width())
         column_w = self.width() / columns
-        for index, level in enumerate(self._levels):
-            row, column = divmod(index, columns)
-            cell = QRectF(column * column_w + 4, row * _ROW_H + 4, column_w - 12, _ROW_H - 6)
-            self._paint_gauge(painter, cell, level, palette)
+        top = 4.0
+        for group in self._groups:
+            if group.heading:
+                self._paint_heading(painter, QRectF(4, top, self.width() - 8, _HEADING_H), group)
+                top += _HEADING_H
+            if not group.levels:
+                painter.setPen(muted)
+                painter.drawText(
+                    QRectF(8, top, self.width() - 16, _ROW_H - 6),
+                    Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
+                    group.empty,
+                )
+                top += _ROW_H
+                continue
+            metrics = QFontMetrics(self.font())
+            for index, level in enumerate(group.levels):
+                row, column = divmod(index, columns)
+                cell = QRectF(column * column_w + 4, top + row * _ROW_H, column_w - 12, _ROW_H - 6)
+                note = group.notes[index] if index < len(group.notes) else ""
+                self._paint_gauge(painter, cell, level, palette, note, metrics)
+            top += math.ceil(len(group.levels) / columns) * _ROW_H
         painter.end()
 
+    def _paint_heading(self, painter: QPainter, rect: QRectF, group: GaugeGroup) -> None:
+        font = QFont(self.font())
+        font.setBold(True)
+        painter.setFont(font)
+        painter.setPen(self.palette().color(QPalette.ColorRole.WindowText))
+        text = QFontMetrics(font).elidedText(
+            group.heading, Qt.TextElideMode.ElideRight, int(rect.width())
+        )
+        painter.drawText(rect, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignBottom, text)
+        painter.setFont(self.font())
+
     def _paint_gauge(
-        self, painter: QPainter, cell: QRectF, level: BucketLevel, palette: QPalette
+        self,
+        painter: QPainter,
+        cell: QRectF,
+        level: BucketLevel,
+        palette: QPalette,
+        note: str,
+        metrics: QFontMetrics,
     ) -> None:
-        metrics = QFontMetrics(self.font())
         text_h = metrics.height()
         text = palette.color(QPalette.ColorRole.WindowText)
         muted = palette.color(QPalette.ColorRole.PlaceholderText)
@@ -103,7 +174,7 @@ class BucketGauges(QWidget):
         right = (
             f"blocked {fmt_duration(level.blocked_for_s)}"
             if blocked
-            else f"{level.tokens:.0f} / {level.burst:g}  ·  {fmt_rate(level.rate_per_s)}"
+            else f"{level.tokens:.0f} / {level.burst:g}  ·  {note or fmt_rate(level.rate_per_s)}"
         )
         right_w = metrics.horizontalAdvance(right) + 4
         swatch = self._colours.get(str(level.key))

@@ -91,6 +91,19 @@ class History:
         self._count = keep
         self._head = keep % capacity
 
+    def drop(self, name: str) -> None:
+        """Forget the series ``name`` (nothing when there is none)."""
+        self._series.pop(name, None)
+
+    def forget_silent(self) -> int:
+        """Drop the series with no value left in the history (not mentioned for as many
+        samples as it keeps): the console follows a changing few of thousands of buckets and
+        tenants, and each series costs ``capacity`` floats. Returns how many went."""
+        silent = [name for name, array in self._series.items() if np.isnan(array).all()]
+        for name in silent:
+            del self._series[name]
+        return len(silent)
+
     def clear(self) -> None:
         self._t[:] = np.nan
         self._series.clear()

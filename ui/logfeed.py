@@ -8,7 +8,7 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engine import DeliveryEntry, Engine, Outcome, TenantRecord
@@ -17,8 +17,8 @@ from ui.state import LogEntry, LogKind
 __all__ = ["LogFeed", "audit_text"]
 
 _WAITING = 2000  # entries kept when nobody takes them
-_PER_POLL = 100  # newest deliveries read per tenant per poll
-_SHOWN_PER_POLL = 200  # newest deliveries of all tenants kept per poll: the log is a sample
+_PER_POLL = 100  # newest audit entries read per poll
+_SHOWN_PER_POLL = 200  # newest deliveries of all tenants read per poll: the log is a sample
 
 
 class _EngineLog(logging.Handler):
@@ -36,7 +36,6 @@ class LogFeed:
         self._handler = _EngineLog(self)
         self._last_audit = 0
         self._last_delivery = 0
-        self._activity: dict[str, Hashable] = {}
 
     def attach(self) -> None:
         """Listen to the engine's warnings and errors (until ``detach``)."""
@@ -56,16 +55,10 @@ class LogFeed:
         self._waiting.clear()
         return entries
 
-    async def poll(
-        self,
-        engine: Engine,
-        tenants: Sequence[TenantRecord],
-        activity: Mapping[str, Hashable] | None = None,
-    ) -> None:
-        """Read audit entries and the ``tenants``' deliveries newer than the last poll. With
-        ``activity`` (a value per tenant name that changes when its queue does), only tenants
-        whose value changed are read: an idle console reads one table a poll, not one per
-        tenant."""
+    async def poll(self, engine: Engine, tenants: Sequence[TenantRecord]) -> None:
+        """Read audit entries and every tenant's deliveries newer than the last poll: two
+        reads, however many tenants there are (the newest ``_SHOWN_PER_POLL`` deliveries of
+        all tenants are kept: the log is a sample). ``tenants`` names them."""
         names = {t.id: t.name for t in tenants}
         for entry in reversed(await engine.audit_entries(limit=_PER_POLL)):
             if entry.id > self._last_audit:
@@ -73,23 +66,12 @@ class LogFeed:
                 tenant = names.get(entry.tenant_id, "") if entry.tenant_id else ""
                 text = audit_text(entry.actor, entry.action, entry.detail)
                 self._waiting.append(LogEntry(entry.ts, LogKind.AUDIT, tenant, text))
-        fresh: list[LogEntry] = []
-        newest = self._last_delivery
-        for name in names.values():
-            if activity is not None:
-                now = activity.get(name)
-                if self._activity.get(name, now) == now and name in self._activity:
-                    continue
-                self._activity[name] = now
-            rows = await engine.deliveries(name, limit=_PER_POLL)
-            for row in rows:
-                if row.id <= self._last_delivery:
-                    break
-                newest = max(newest, row.id)
-                fresh.append(_delivery(row, name))
+        rows = await engine.deliveries_after(self._last_delivery, limit=_SHOWN_PER_POLL)
+        if rows:
+            self._last_delivery = max(self._last_delivery, rows[0].id)
+        fresh = [_delivery(row, names.get(row.tenant_id, str(row.tenant_id))) for row in rows]
         fresh.sort(key=lambda e: e.ts)
-        self._waiting.extend(fresh[-_SHOWN_PER_POLL:])
-        self._last_delivery = newest
+        self._waiting.extend(fresh)
 
 
 def _delivery(row: DeliveryEntry, tenant: str) -> LogEntry:

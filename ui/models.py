@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,7 @@ from engine import (
 from ui.fmt import fmt_age, fmt_count, fmt_duration, fmt_limit, fmt_rate
 from ui.record_model import LEFT, RIGHT, SORT_ROLE, Column, Index, RecordModel
 from ui.state import QueueRow
+from ui.table_model import ShownModel
 
 __all__ = [
     "SORT_ROLE",
@@ -42,6 +43,7 @@ __all__ = [
     "NotificationsModel",
     "ProvidersModel",
     "RecordModel",
+    "ShownModel",
     "TenantsModel",
     "WorkersModel",
     "parse_burst",
@@ -84,10 +86,12 @@ class TenantRow:
     pending: Limit | bool | None = False  # False: no edit waiting; else the limit asked for
 
 
-class TenantsModel(RecordModel[TenantRow]):
-    """Tenants with live tokens and depth. Rate, burst and enabled are editable: an edit is
-    shown in italics and sent through ``limit_edited`` / ``enabled_edited``; the next
-    ``set_tenants`` shows what the store holds."""
+class TenantsModel(ShownModel[TenantRow]):
+    """Tenants with live tokens and depth, filtered by name and sorted in the model. Rate,
+    burst and enabled are editable: an edit is shown in italics and sent through
+    ``limit_edited`` / ``enabled_edited``; the next ``set_tenants`` shows what the store
+    holds. Live values arrive for the tenants a snapshot covered (``set_live``'s ``names``:
+    the rows on screen); the others keep the values they last had."""
 
     limit_edited = Signal(str, object)  # tenant, Limit | None
     enabled_edited = Signal(str, bool)
@@ -133,31 +137,40 @@ class TenantsModel(RecordModel[TenantRow]):
         return row.record.name
 
     def set_tenants(self, tenants: Sequence[TenantRecord]) -> None:
-        live = {r.record.name: r for r in self._rows}
-        self.set_rows(
-            [
-                TenantRow(t, *(_live(live[t.name]) if t.name in live else ()))
-                for t in sorted(tenants, key=lambda t: t.name)
-            ]
-        )
+        rows = []
+        for t in sorted(tenants, key=lambda t: t.name):
+            old = self.record_of(t.name)
+            rows.append(TenantRow(t, *_live(old)) if old is not None else TenantRow(t))
+        self.set_rows(rows)
 
-    def set_live(self, levels: Sequence[BucketLevel], depth: Sequence[TenantDepth]) -> None:
+    def set_live(
+        self,
+        levels: Sequence[BucketLevel],
+        depth: Sequence[TenantDepth],
+        names: Iterable[str] | None = None,
+    ) -> None:
+        """Tokens from ``levels`` and queues from ``depth`` for the tenants ``names`` (every
+        tenant when None); a named tenant missing from ``depth`` has nothing queued."""
         tokens = {lv.key.tenant: lv.tokens for lv in levels if lv.key == _tenant_key(lv)}
         depths = {d.tenant: d for d in depth}
+        wanted = (r.record.name for r in self._all) if names is None else names
         rows = []
-        for row in self._rows:
-            d = depths.get(row.record.name)
+        for name in wanted:
+            row = self.record_of(name)
+            if row is None:
+                continue
+            d = depths.get(name)
             rows.append(
                 TenantRow(
                     row.record,
-                    tokens.get(row.record.name),
+                    tokens.get(name),
                     d.queued if d else 0,
                     d.leased if d else 0,
                     d.oldest_queued_age_s if d else None,
                     row.pending,
                 )
             )
-        self.set_rows(rows)
+        self.update_rows(rows)
 
     def flags(self, index: Index) -> Qt.ItemFlag:
         flags = super().flags(index)
@@ -201,7 +214,7 @@ class TenantsModel(RecordModel[TenantRow]):
             return False
         if limit == _limit(row):
             return False
-        self._rows[index.row()] = dataclasses.replace(row, pending=limit)
+        self.replace_shown(index.row(), dataclasses.replace(row, pending=limit))
         self.dataChanged.emit(self.index(index.row(), 0), self.index(index.row(), 7))
         self.limit_edited.emit(name, limit)
         return True
@@ -311,8 +324,9 @@ class ProvidersModel(RecordModel[ProviderRecord]):
         return None
 
 
-class WorkersModel(RecordModel[WorkerRecord]):
-    """Live workers (this console's engine and ``omnipost worker`` processes) by heartbeat."""
+class WorkersModel(ShownModel[WorkerRecord]):
+    """Live workers (this console's engine and ``omnipost worker`` processes) by heartbeat;
+    the filter searches id, host and state."""
 
     columns = (
         Column[WorkerRecord]("Worker", lambda w: w.id),
@@ -342,6 +356,9 @@ class WorkersModel(RecordModel[WorkerRecord]):
 
     def key(self, row: WorkerRecord) -> Hashable:
         return row.id
+
+    def text_for_filter(self, row: WorkerRecord) -> str:
+        return f"{row.id} {row.host} {row.state}"
 
     def role_data(self, record: WorkerRecord, column: int, role: int) -> Any:
         if record.id != self.own_id:
@@ -380,8 +397,9 @@ class DepthModel(RecordModel[TenantDepth]):
 # -- notifications ---------------------------------------------------------------------------
 
 
-class NotificationsModel(RecordModel[QueueRow]):
-    """Notifications as people may see them: recipients masked, errors in one line."""
+class NotificationsModel(ShownModel[QueueRow]):
+    """Notifications as people may see them: recipients masked, errors in one line; the
+    filter searches tenant, provider, recipient (masked), state and error."""
 
     columns = (
         Column[QueueRow]("ID", lambda r: str(r.view.id), lambda r: r.view.id, True),
@@ -403,6 +421,10 @@ class NotificationsModel(RecordModel[QueueRow]):
 
     def key(self, row: QueueRow) -> Hashable:
         return row.view.id
+
+    def text_for_filter(self, row: QueueRow) -> str:
+        v = row.view
+        return f"{v.id} {row.tenant} {row.provider} {v.recipient_masked} {v.state} {v.last_error}"
 
     def role_data(self, record: QueueRow, column: int, role: int) -> Any:
         if role == Qt.ItemDataRole.ToolTipRole and column == 7 and record.view.last_error:

@@ -10,22 +10,28 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from engine import (
     BucketKey,
+    BucketLevel,
+    BucketPicks,
     Engine,
     Limit,
     NotificationState,
     OmniPostError,
+    PairLimit,
     ProviderRecord,
     Snapshot,
+    SnapshotView,
     TenantRecord,
     WorkerRecord,
 )
+from ui.fmt import fmt_bucket
 from ui.history import History
 from ui.logfeed import LogFeed
 from ui.simulation import BurstTracker, SimulationStatus
@@ -41,6 +47,9 @@ _WORKERS_EVERY_S = 2.0
 _LOG_EVERY_S = 1.0
 _QUEUE_EVERY_S = 2.0
 _STORE_EVERY_S = 15.0  # retention, size, last prune: they change slowly; keep off the tick
+_FOLLOWED = 12  # tenants of the queued plot followed after they left the deepest
+_FILL_SERIES = 64  # bucket fills kept in the history, the ones picked last
+_PRUNE_EVERY = 20  # samples between drops of the history's silent series
 
 
 class Sampler(QObject):
@@ -85,6 +94,13 @@ class Sampler(QObject):
         self._queue_query: QueueQuery | None = None
         self._burst = BurstTracker()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._config_token: object = None
+        self._shown_tenants: dict[str, tuple[str, ...]] = {}  # by who shows them
+        self._followed: dict[str, None] = {}  # tenants that were among the deepest, newest last
+        self.fill_labels: dict[str, str] = {}  # the fill series kept, by name: their labels
+        self.plotted_fills: set[str] = set()  # fill series on the dashboard: never dropped
+        self.view = SnapshotView()  # what the dashboard shows (its filter, its counts)
+        self._samples = 0
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -149,6 +165,29 @@ class Sampler(QObject):
     def _postpone(self, name: str, period_s: float) -> None:
         self._due[name] = time.monotonic() + period_s
 
+    # -- what the snapshot reads ------------------------------------------------------------
+
+    def show_tenants(self, source: str, names: tuple[str, ...]) -> None:
+        """``source`` (a view) shows these tenants now: each snapshot reads their queue and
+        bucket, whatever their rank; an empty tuple when it is hidden."""
+        if names:
+            self._shown_tenants[source] = names
+        else:
+            self._shown_tenants.pop(source, None)
+
+    def set_view(self, view: SnapshotView) -> None:
+        """What the dashboard's bucket panel asks for (filter text, how many of each)."""
+        self.view = view
+
+    def snapshot_view(self) -> SnapshotView:
+        """The next snapshot's view: the dashboard's, with the tenants shown anywhere, a
+        running burst's and those the queued plot follows."""
+        burst = self._burst.status
+        names = dict.fromkeys(n for shown in self._shown_tenants.values() for n in shown)
+        names.update(dict.fromkeys(burst.tenants if burst and not burst.done else ()))
+        names.update(self._followed)
+        return replace(self.view, tenants=tuple(names))
+
     # -- sampling --------------------------------------------------------------------------
 
     def start_sampling(self) -> None:
@@ -182,10 +221,12 @@ class Sampler(QObject):
         """Take one snapshot into the history and emit what changed. Store errors are shown
         once, not raised."""
         try:
-            snap = await self._engine.snapshot()
+            snap = await self._engine.snapshot(view=self.snapshot_view())
             self._record(snap)
+            await asyncio.sleep(0)  # the views redraw in a step of their own
             self.sampled.emit(snap)
             self._emit_status(snap)
+            await asyncio.sleep(0)
             await self._poll(snap)
         except OmniPostError as exc:
             if self._changed("sample-error", exc.message):
@@ -204,13 +245,47 @@ class Sampler(QObject):
             "p99_ms": None if snap.latency_p99_s is None else snap.latency_p99_s * 1000,
             "lag_ms": snap.loop_lag_s * 1000,
         }
-        for level in snap.buckets:
-            values[f"fill:{level.key}"] = level.fill * 100
-        for tenant in self._tenants:
-            values[f"queued:{tenant.name}"] = 0.0
-        for depth in snap.depth:
+        picks = snap.picks
+        picked = snap.buckets if picks is None else _picked(picks)
+        for level in picked:
+            values[self._fill_series(level.key)] = level.fill * 100
+        if picks is None:
+            depths = snap.depth
+        else:  # the plot's tenants: the deepest and those followed (not the rows on screen)
+            self._follow(d.tenant for d in snap.deepest if d.queued)
+            depths = tuple(d for d in snap.depth if d.tenant in self._followed)
+            for name in self._followed:  # followed but gone from the depth: nothing queued
+                values[f"queued:{name}"] = 0.0
+        for depth in depths:
             values[f"queued:{depth.tenant}"] = float(depth.queued)
         self.history.append(snap.ts, values)
+        self._samples += 1
+        if self._samples % _PRUNE_EVERY == 0:
+            self.history.forget_silent()
+
+    def _fill_series(self, key: BucketKey) -> str:
+        """The history's series of ``key``'s fill; at most ``_FILL_SERIES`` are kept, those
+        picked last (the picks change every sample at 10,000 tenants) and those plotted."""
+        name = f"fill:{key}"
+        labels = self.fill_labels
+        labels.pop(name, None)
+        labels[name] = fmt_bucket(key)
+        while len(labels) > _FILL_SERIES:
+            gone = next(iter(labels))
+            label = labels.pop(gone)
+            if gone in self.plotted_fills:  # on the plot: kept, as if picked now
+                labels[gone] = label
+                continue
+            self.history.drop(gone)
+        return name
+
+    def _follow(self, deepest: Iterable[str]) -> None:
+        """Follow the deepest tenants' queues for the plot, the ``_FOLLOWED`` newest only."""
+        for name in deepest:
+            self._followed.pop(name, None)
+            self._followed[name] = None
+        while len(self._followed) > _FOLLOWED:
+            del self._followed[next(iter(self._followed))]
 
     def _emit_status(self, snap: Snapshot) -> None:
         if self._changed("state", snap.state):
@@ -229,14 +304,13 @@ class Sampler(QObject):
 
     async def _poll(self, snap: Snapshot) -> None:
         if self._every("config", _CONFIG_EVERY_S):
-            await self.reload_config()
+            await self._reload_if_changed()
         if self._every("workers", _WORKERS_EVERY_S):
             self._workers = await self._engine.workers()
             if self._changed("workers", self._workers):
                 self.workers_changed.emit(list(self._workers))
         if self._every("log", _LOG_EVERY_S):
-            activity = {d.tenant: (d.queued, d.leased, d.delivered, d.dead) for d in snap.depth}
-            await self.feed.poll(self._engine, self._tenants, activity)
+            await self.feed.poll(self._engine, self._tenants)
         entries = self.feed.take()
         if entries:
             self.log_added.emit(entries)
@@ -252,12 +326,20 @@ class Sampler(QObject):
 
     # -- configuration ---------------------------------------------------------------------
 
+    async def _reload_if_changed(self) -> None:
+        """Read the configuration again only when its token moved (``Engine.config_token``):
+        10,000 tenants are not read every few seconds to find nothing new."""
+        token = await self._engine.config_token()
+        if token != self._config_token:
+            await self.reload_config()
+
     async def reload_config(self) -> None:
         """Read tenants, providers and limits now; emit the ones that changed."""
         engine = self._engine
+        self._config_token = await engine.config_token()
         self._tenants = await engine.tenants()
         self._providers = await engine.providers()
-        self._limits = await engine.limits()
+        self._limits = _limits(self._tenants, self._providers, await engine.pair_limits())
         if self._changed("tenants", self._tenants):
             self.tenants_changed.emit(list(self._tenants))
         if self._changed("providers", self._providers):
@@ -288,12 +370,20 @@ class Sampler(QObject):
     async def _load_queue(
         self, tenant: str | None, state: NotificationState | None, limit: int
     ) -> None:
-        names = [tenant] if tenant is not None else [t.name for t in self._tenants]
+        """One tenant's notifications, or (``tenant`` None) the newest of every tenant in one
+        read per state (``Engine.newest_notifications``), never a read per tenant."""
         providers = {p.id: p.name for p in self._providers}
-        rows: list[QueueRow] = []
-        for name in names:
-            views = await self._engine.notifications(name, state=state, limit=limit)
-            rows += [QueueRow(name, providers.get(v.provider_id, "?"), v) for v in views]
+        tenants = {t.id: t.name for t in self._tenants}
+        if tenant is not None:
+            views = await self._engine.notifications(tenant, state=state, limit=limit)
+        else:
+            views = await self._engine.newest_notifications(state, limit=limit)
+        rows = [
+            QueueRow(
+                tenants.get(v.tenant_id, str(v.tenant_id)), providers.get(v.provider_id, "?"), v
+            )
+            for v in views
+        ]
         rows.sort(key=lambda r: r.view.id, reverse=True)
         self.queue_changed.emit(rows[:limit])
 
@@ -316,3 +406,21 @@ class Sampler(QObject):
         self._forget("retention", "store")
         self._postpone("store", _STORE_EVERY_S)
         await self.reload_store()
+
+
+def _limits(
+    tenants: Iterable[TenantRecord], providers: Iterable[ProviderRecord], pairs: Iterable[PairLimit]
+) -> dict[BucketKey, Limit]:
+    """Every configured limit by its bucket (``Engine.limits`` without reading the tenants
+    and providers a second time)."""
+    limits = {BucketKey.for_tenant(t.name): t.limit for t in tenants if t.limit is not None}
+    limits |= {BucketKey.for_provider(p.name): p.limit for p in providers if p.limit}
+    return limits | {BucketKey.for_pair(p.tenant, p.provider): p.limit for p in pairs}
+
+
+def _picked(picks: BucketPicks) -> list[BucketLevel]:
+    """The levels of the buckets picked, each once."""
+    seen: dict[BucketKey, BucketLevel] = {}
+    for pick in (*picks.emptiest, *picks.busiest, *picks.matching):
+        seen.setdefault(pick.level.key, pick.level)
+    return list(seen.values())

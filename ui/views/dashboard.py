@@ -1,4 +1,5 @@
-"""The live dashboard: headline figures, a gauge per bucket, and four plots over time.
+"""The live dashboard: headline figures, the buckets that matter (``ui.views.buckets``), the
+deepest queues, and four plots over time.
 
 Curves are created once per series and fed with ``setData`` from the bridge's ring buffers on
 each sample (pyqtgraph's ``scrollingPlots`` example); a hidden dashboard skips the redraw and
@@ -23,7 +24,6 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QPushButton,
-    QScrollArea,
     QSizePolicy,
     QSplitter,
     QTableView,
@@ -31,14 +31,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine import Snapshot
+from engine import QueueTotals, Snapshot
 from ui.bridge import Bridge
 from ui.fmt import fmt_bucket, fmt_count, fmt_duration, fmt_latency
-from ui.gauges import BucketGauges
 from ui.history import Array
 from ui.models import DepthModel
 from ui.plotmath import moving_mean, nice, peak
 from ui.theme import LIGHT, Theme
+from ui.views.buckets import BucketPanel
 
 __all__ = ["Dashboard", "Stat"]
 
@@ -47,7 +47,7 @@ __all__ = ["Dashboard", "Stat"]
 pg.setConfigOptions(antialias=False)
 
 _CURVES = 5  # at most, in the bucket fill and queued plots
-_STAGGER_MS = 30
+_STAGGER_MS = 25
 _OUTCOMES = {
     "delivered_per_s": ("delivered", "#59a14f"),
     "throttled_per_s": ("throttled", "#edc948"),
@@ -81,9 +81,13 @@ class Stat(QFrame):
         layout.addWidget(self.caption)
 
     def set(self, text: str, alarm: bool = False, colour: str = "#d64545") -> None:
-        """Show ``text``, in ``colour`` when ``alarm``."""
-        self.value.setText(text)
-        self.value.setStyleSheet(f"color: {colour};" if alarm else "")
+        """Show ``text``, in ``colour`` when ``alarm``; only what changed is set again (a
+        style sheet set re-polishes the label, twice a second for nothing)."""
+        if text != self.value.text():
+            self.value.setText(text)
+        style = f"color: {colour};" if alarm else ""
+        if style != self.value.styleSheet():
+            self.value.setStyleSheet(style)
 
 
 class _Plot:
@@ -173,6 +177,7 @@ class Dashboard(QWidget):
         self._dirty = False
         self._latest: Snapshot | None = None
         self.last_refresh_s = 0.0
+        self.full_refresh_s = 0.0
         self._build()
         bridge.sampled.connect(self.on_sample)
 
@@ -199,11 +204,8 @@ class Dashboard(QWidget):
         self.live_button.toggled.connect(self.set_paused)
         strip.addWidget(self.live_button, 0, Qt.AlignmentFlag.AlignVCenter)
 
-        self.gauges = BucketGauges()
-        gauge_scroll = QScrollArea()
-        gauge_scroll.setWidgetResizable(True)
-        gauge_scroll.setFrameShape(QFrame.Shape.NoFrame)
-        gauge_scroll.setWidget(self.gauges)
+        self.buckets = BucketPanel(self.bridge)
+        self.gauges = self.buckets.gauges
         self.depth_model = DepthModel(self)
         self.depth_table = QTableView()
         self.depth_table.setModel(self.depth_model)
@@ -217,8 +219,9 @@ class Dashboard(QWidget):
         left_layout = QVBoxLayout(left)
         left_layout.setContentsMargins(0, 0, 0, 0)
         left_layout.addWidget(_heading("Buckets — tokens left of the burst"))
-        left_layout.addWidget(gauge_scroll, 3)
-        left_layout.addWidget(_heading("Queues"))
+        left_layout.addWidget(self.buckets, 3)
+        self.queues_heading = _heading("Deepest queues")
+        left_layout.addWidget(self.queues_heading)
         left_layout.addWidget(self.depth_table, 2)
 
         self.fill_plot = _Plot("Fill of the emptiest buckets", "%", legend=True, fixed_max=100)
@@ -280,19 +283,24 @@ class Dashboard(QWidget):
 
     def refresh(self, snap: Snapshot) -> None:
         """Redraw everything from ``snap`` and the bridge's history."""
+        self.full_refresh_s = self.last_refresh_s  # the refresh before, all its parts run
         self.last_refresh_s = 0.0  # the plots' parts add theirs as they run
         started = time.perf_counter()
         self._dirty = False
         self._stats(snap)
-        self.gauges.set_levels(snap.buckets, self._bucket_colours(snap))
-        self.depth_model.set_rows(snap.depth)
+        self.buckets.show_snapshot(snap, self._bucket_colours(snap))
         self.last_refresh_s += time.perf_counter() - started
         self._curves(snap)
 
     def _stats(self, snap: Snapshot) -> None:
-        queued = sum(d.queued for d in snap.depth)
-        oldest = max((d.oldest_queued_age_s or 0.0 for d in snap.depth), default=0.0)
-        dead = sum(d.dead for d in snap.depth)
+        totals = snap.queue or QueueTotals()
+        queued, dead = totals.queued, totals.dead
+        oldest = totals.oldest_queued_age_s or 0.0
+        self.queues_heading.setText(
+            f"Deepest queues — {fmt_count(totals.tenants_queued)} tenants have work"
+            if totals.tenants_queued > len(snap.deepest)
+            else "Deepest queues"
+        )
         rates = self.bridge.rates
         self.stats["delivered"].set(f"{rates.delivered_per_s:.1f}")
         self.stats["throttled"].set(
@@ -319,19 +327,20 @@ class Dashboard(QWidget):
         return {str(b.key): self._colour(f"fill:{b.key}") for b in snap.buckets}
 
     def _curves(self, snap: Snapshot) -> None:
-        """Feed the four plots one after the other, ``_STAGGER_MS`` apart: each repaints on
-        its own, and the engine's callbacks run in between instead of waiting for all four."""
+        """Feed the queues table and the four plots one after the other, ``_STAGGER_MS``
+        apart, after the figures and gauges: each repaints on its own, and the engine's
+        callbacks run in between instead of waiting for all of them (one repaint of the
+        whole dashboard took longer than a frame)."""
+        deepest = snap.deepest if snap.picks is not None else snap.depth
         parts = (
+            lambda: self.depth_model.set_rows(deepest),
             lambda: self._fill_curves(snap),
             self._depth_curves,
             lambda: self._feed_fixed(self.rate_plot, _OUTCOMES),
             lambda: self._feed_fixed(self.latency_plot, _LATENCY),
         )
-        for index, part in enumerate(parts):
-            if index == 0:
-                self._timed(part)
-            else:
-                QTimer.singleShot(index * _STAGGER_MS, self, functools.partial(self._timed, part))
+        for index, part in enumerate(parts, start=1):
+            QTimer.singleShot(index * _STAGGER_MS, self, functools.partial(self._timed, part))
 
     def _timed(self, part: Callable[[], None]) -> None:
         started = time.perf_counter()
@@ -346,6 +355,7 @@ class Dashboard(QWidget):
     def _fill_curves(self, snap: Snapshot) -> None:
         self._smoothing()
         self._feed(self.fill_plot, self._emptiest(snap))
+        self.bridge.plotted_fills = set(self.fill_plot.curves)
         self.fill_plot.say(
             ""
             if self.fill_plot.curves or not snap.buckets
@@ -364,12 +374,21 @@ class Dashboard(QWidget):
     def _emptiest(self, snap: Snapshot) -> dict[str, str]:
         """The buckets that ran lowest over the visible window, none that stayed nearly
         full: a dozen saw-tooth curves would tell nothing."""
-        scores = {}
-        for level in snap.buckets:
-            name = f"fill:{level.key}"
-            y = self.bridge.history.series(name)
-            if y.size and not np.isnan(y).all() and (mean := float(np.nanmean(y))) < _FULL:
-                scores[name] = (mean, fmt_bucket(level.key))
+        labels = self.bridge.fill_labels or {
+            f"fill:{level.key}": fmt_bucket(level.key) for level in snap.buckets
+        }
+        names = list(labels)  # the fill series kept: a bounded few, their means in one go
+        if not names or not len(self.bridge.history):
+            return _choose(self.fill_plot, {})
+        table = np.vstack([self.bridge.history.series(name) for name in names])
+        seen = ~np.isnan(table)
+        counts = seen.sum(axis=1)
+        means = np.where(seen, table, 0.0).sum(axis=1) / np.maximum(counts, 1)
+        scores = {
+            name: (float(mean), labels[name])
+            for name, mean, n in zip(names, means, counts, strict=True)
+            if n and mean < _FULL
+        }
         return _choose(self.fill_plot, scores)
 
     def _deepest(self) -> dict[str, str]:

@@ -1,15 +1,16 @@
 """Queue and dead letters: filter by tenant and state; retry or discard the selected dead
-notifications, or all that match, after a confirmation that does not block the window."""
+notifications, or all that match, after a confirmation that does not block the window.
+
+The tenant box completes among thousands of names (empty: every tenant, read in one query per
+state, not one per tenant); the rows read filter and sort in their model."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSortFilterProxyModel
 from PySide6.QtGui import QHideEvent, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QPushButton,
     QTableView,
@@ -19,13 +20,14 @@ from PySide6.QtWidgets import (
 
 from engine import NotificationState, TenantRecord
 from ui.bridge import Bridge
-from ui.models import SORT_ROLE, NotificationsModel
+from ui.models import NotificationsModel
 from ui.state import QueueRow
+from ui.views.table_tools import NameCombo, filter_box, sized_columns
 from ui.widgets import MessageBar
 
 __all__ = ["QueueView"]
 
-ALL = "All tenants"
+ALL = "All tenants"  # what an empty tenant box means
 
 
 class QueueView(QWidget):
@@ -33,44 +35,52 @@ class QueueView(QWidget):
         super().__init__(parent)
         self.bridge = bridge
         self.model = NotificationsModel(self)
-        self.proxy = QSortFilterProxyModel(self)
-        self.proxy.setSourceModel(self.model)
-        self.proxy.setSortRole(SORT_ROLE)
         self._build()
         bridge.tenants_changed.connect(self.set_tenants)
         bridge.queue_changed.connect(self.set_rows)
 
     def _build(self) -> None:
-        self.tenant = QComboBox()
-        self.tenant.addItem(ALL)
+        self.tenant = NameCombo(ALL.lower())
+        self.tenant.setMinimumContentsLength(18)
         self.state = QComboBox()
         self.state.addItem("dead", NotificationState.DEAD.value)
         for state in (NotificationState.QUEUED, NotificationState.LEASED):
             self.state.addItem(state.value, state.value)
         self.state.addItem("delivered", NotificationState.DELIVERED.value)
         self.state.addItem("any state", "")
-        self.tenant.currentIndexChanged.connect(self.reload)
+        self.tenant.activated.connect(lambda _index: self.reload())
+        line = self.tenant.lineEdit()
+        if line is not None:
+            line.editingFinished.connect(self.reload)
         self.state.currentIndexChanged.connect(self.reload)
+        self.rows_filter = filter_box(self.model, "Filter the rows shown")
         self.count = QLabel()
         filters = QHBoxLayout()
         filters.addWidget(QLabel("Tenant"))
         filters.addWidget(self.tenant)
         filters.addWidget(QLabel("State"))
         filters.addWidget(self.state)
-        filters.addWidget(self.count, 1)
+        filters.addWidget(self.rows_filter, 1)
+        filters.addWidget(self.count)
 
         self.bar = MessageBar()
         self.table = QTableView()
-        self.table.setModel(self.proxy)
+        self.table.setModel(self.model)
         self.table.setSortingEnabled(True)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.table.verticalHeader().hide()
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setStretchLastSection(True)
+        sized_columns(self.table, self.model)
         self.table.selectionModel().selectionChanged.connect(self._update_buttons)
 
+        layout = QVBoxLayout(self)
+        layout.addLayout(filters)
+        layout.addWidget(self.bar)
+        layout.addWidget(self.table, 1)
+        layout.addLayout(self._actions())
+        self._update_buttons()
+
+    def _actions(self) -> QHBoxLayout:
         self.retry_selected = QPushButton("Retry selected")
         self.discard_selected = QPushButton("Discard selected…")
         self.retry_all = QPushButton("Retry all matching…")
@@ -86,18 +96,13 @@ class QueueView(QWidget):
         actions.addStretch(1)
         self.hint = QLabel("Only dead notifications can be retried or discarded.")
         actions.addWidget(self.hint)
-
-        layout = QVBoxLayout(self)
-        layout.addLayout(filters)
-        layout.addWidget(self.bar)
-        layout.addWidget(self.table, 1)
-        layout.addLayout(actions)
-        self._update_buttons()
+        return actions
 
     # -- data ------------------------------------------------------------------------------
 
     def filters(self) -> tuple[str | None, NotificationState | None]:
-        tenant = None if self.tenant.currentText() == ALL else self.tenant.currentText()
+        text = self.tenant.currentText().strip()
+        tenant = None if text in ("", ALL) else text
         state = self.state.currentData()
         return tenant, NotificationState(state) if state else None
 
@@ -114,22 +119,19 @@ class QueueView(QWidget):
         self.bridge.stop_queue_updates()
 
     def set_tenants(self, tenants: list[TenantRecord]) -> None:
-        current = self.tenant.currentText()
-        names = [ALL, *(t.name for t in tenants)]
-        if [self.tenant.itemText(i) for i in range(self.tenant.count())] != names:
-            self.tenant.blockSignals(True)
-            self.tenant.clear()
-            self.tenant.addItems(names)
-            self.tenant.setCurrentText(current if current in names else ALL)
-            self.tenant.blockSignals(False)
+        self.tenant.set_names([t.name for t in tenants])
 
     def set_rows(self, rows: list[QueueRow]) -> None:
         self.model.set_rows(rows)
-        self.count.setText(f"{len(rows)} shown (newest first, at most 200 per tenant)")
+        tenant, _ = self.filters()
+        self.count.setText(
+            f"{len(rows)} read, newest first: at most 200"
+            + ("" if tenant else " of all tenants (queued: of the 20 deepest)")
+        )
         self._update_buttons()
 
     def selected_ids(self) -> list[int]:
-        rows = [self.proxy.mapToSource(i).row() for i in self.table.selectionModel().selectedRows()]
+        rows = [i.row() for i in self.table.selectionModel().selectedRows()]
         return self.model.ids(rows)
 
     def _dead_shown(self) -> bool:

@@ -31,6 +31,8 @@ from ui.views.whatif import WhatIfPanel
 
 __all__ = ["SimulatorView"]
 
+_TICKED_AT_FIRST = 20
+
 PATTERN_HELP = {
     Pattern.SPIKE: "all at once",
     Pattern.STEADY: "evenly over the duration",
@@ -147,8 +149,15 @@ class SimulatorView(QWidget):
         self.duration.setEnabled(self.pattern.currentData() != Pattern.SPIKE.value)
 
     def set_tenants(self, tenants: list[TenantRecord]) -> None:
+        """List the tenants to burst: while every one listed is ticked, up to
+        ``_TICKED_AT_FIRST`` of them, new ones are ticked too; an unchanged list is left as
+        it is (10,000 items take a while to make)."""
+        names = [t.name for t in tenants]
+        if names == [self.tenants.item(i).text() for i in range(self.tenants.count())]:
+            return
         ticked = set(self.selected_tenants())
-        first = not self.tenants.count()
+        every = len(ticked) == self.tenants.count()  # new ones join a list all ticked
+        first = every and len(tenants) <= _TICKED_AT_FIRST
         self.tenants.clear()
         for tenant in tenants:
             item = QListWidgetItem(tenant.name)

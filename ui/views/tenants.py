@@ -1,4 +1,8 @@
-"""Tenants and limits: an editable table applied live, the "N per window" helper, pair limits."""
+"""Tenants and limits: an editable table applied live, the "N per window" helper, pair limits.
+
+At 10,000 tenants: the table filters by name and sorts in its model (``ui.table_model``), the
+snapshot reads the live columns of the rows on screen only (``VisibleRows``), and the pair
+limits listed are those of the tenant typed in the pair form, at most ``PAIRS_LISTED``."""
 
 from __future__ import annotations
 
@@ -6,9 +10,9 @@ from PySide6.QtCore import (
     QAbstractItemModel,
     QModelIndex,
     QPersistentModelIndex,
-    QSortFilterProxyModel,
     Qt,
 )
+from PySide6.QtGui import QHideEvent, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -17,7 +21,6 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QLineEdit,
     QListWidget,
@@ -33,13 +36,15 @@ from PySide6.QtWidgets import (
 from engine import BucketKey, ConfigError, Limit, ProviderRecord, Snapshot, TenantRecord
 from ui.bridge import Bridge
 from ui.fmt import fmt_limit, fmt_rate
-from ui.models import SORT_ROLE, TenantsModel, parse_burst, parse_rate_text
+from ui.models import TenantRow, TenantsModel, parse_burst, parse_rate_text
 from ui.state import limit_for_window
+from ui.views.table_tools import NameCombo, VisibleRows, filter_box, sized_columns
 from ui.widgets import CheckedEdit
 
 __all__ = ["LimitDelegate", "TenantsView", "limit_from_fields"]
 
 WINDOWS = (("second", 1.0), ("minute", 60.0), ("hour", 3600.0), ("day", 86400.0))
+PAIRS_LISTED = 50
 
 
 def limit_from_fields(rate_text: str, burst_text: str) -> Limit | None:
@@ -90,9 +95,7 @@ class TenantsView(QWidget):
         self.model = TenantsModel(self)
         self.model.limit_edited.connect(bridge.set_tenant_limit)
         self.model.enabled_edited.connect(bridge.set_tenant_enabled)
-        self.proxy = QSortFilterProxyModel(self)
-        self.proxy.setSourceModel(self.model)
-        self.proxy.setSortRole(SORT_ROLE)
+        self._pairs: list[tuple[BucketKey, Limit]] = []
         self._build()
         bridge.tenants_changed.connect(self.set_tenants)
         bridge.providers_changed.connect(self.set_providers)
@@ -123,8 +126,10 @@ class TenantsView(QWidget):
         add_row.addWidget(self.import_button)
         add_row.addWidget(self.import_update)
 
+        self.filter = filter_box(self.model, "Filter tenants by name")
+        self.count = QLabel()
         self.table = QTableView()
-        self.table.setModel(self.proxy)
+        self.table.setModel(self.model)
         self.table.setItemDelegate(LimitDelegate(self.table))
         self.table.setSortingEnabled(True)
         self.table.sortByColumn(0, Qt.SortOrder.AscendingOrder)
@@ -136,10 +141,11 @@ class TenantsView(QWidget):
             | QAbstractItemView.EditTrigger.AnyKeyPressed
         )
         self.table.verticalHeader().hide()
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setStretchLastSection(True)
+        sized_columns(self.table, self.model)
         self.table.selectionModel().selectionChanged.connect(self._selected)
+        self.visible = VisibleRows(self.table, self.model, _name, self._show_rows)
+        self.model.layoutChanged.connect(self._count)
+        self.model.modelReset.connect(self._count)
         hint = QLabel(
             "Double-click a rate or burst to change it; it applies to the running engine at "
             "once and is written to the store and the audit log. An empty rate is unlimited."
@@ -148,6 +154,10 @@ class TenantsView(QWidget):
 
         layout = QVBoxLayout(self)
         layout.addLayout(add_row)
+        shown = QHBoxLayout()
+        shown.addWidget(self.filter, 1)
+        shown.addWidget(self.count)
+        layout.addLayout(shown)
         layout.addWidget(self.table, 1)
         layout.addWidget(hint)
         helpers = QHBoxLayout()
@@ -193,7 +203,8 @@ class TenantsView(QWidget):
 
     def _pair_form(self) -> QGroupBox:
         box = QGroupBox("Limit of one tenant on one provider")
-        self.pair_tenant = QComboBox()
+        self.pair_tenant = NameCombo("tenant")
+        self.pair_tenant.editTextChanged.connect(lambda _text: self._list_pairs())
         self.pair_provider = QComboBox()
         self.pair_rate = CheckedEdit(parse_rate_text, "rate (empty: remove the limit)")
         self.pair_burst = CheckedEdit(
@@ -223,20 +234,50 @@ class TenantsView(QWidget):
 
     def set_tenants(self, tenants: list[TenantRecord]) -> None:
         self.model.set_tenants(tenants)
-        _refill(self.pair_tenant, [t.name for t in tenants])
+        first = not self.pair_tenant.names.rowCount()
+        self.pair_tenant.set_names([t.name for t in tenants])
+        if first and tenants:
+            self.pair_tenant.setCurrentIndex(0)
         self._selected()
+        self.visible.soon()
 
     def set_providers(self, providers: list[ProviderRecord]) -> None:
         _refill(self.pair_provider, [p.name for p in providers])
 
     def set_limits(self, limits: dict[BucketKey, Limit]) -> None:
-        self.pair_list.clear()
         pairs = [(key, limit) for key, limit in limits.items() if key.tenant and key.provider]
-        for key, limit in sorted(pairs, key=lambda pair: str(pair[0])):
+        self._pairs = sorted(pairs, key=lambda pair: (pair[0].tenant, pair[0].provider))
+        self._list_pairs()
+
+    def _list_pairs(self) -> None:
+        """The pair limits of the tenant typed in the pair form (any whose name contains the
+        text), at most ``PAIRS_LISTED`` and a line saying how many more."""
+        text = self.pair_tenant.currentText().strip().casefold()
+        exact = [(k, lim) for k, lim in self._pairs if k.tenant.casefold() == text]
+        found = exact or [(k, lim) for k, lim in self._pairs if text in k.tenant.casefold()]
+        self.pair_list.clear()
+        for key, limit in found[:PAIRS_LISTED]:
             self.pair_list.addItem(f"{key.tenant} on {key.provider}: {fmt_limit(limit)}")
+        if len(found) > PAIRS_LISTED:
+            self.pair_list.addItem(f"… and {len(found) - PAIRS_LISTED:,} more: type a tenant")
 
     def on_sample(self, snap: Snapshot) -> None:
-        self.model.set_live(snap.buckets, snap.depth)
+        self.model.set_live(snap.buckets, snap.depth, self.visible.keys)
+
+    def _show_rows(self, names: tuple[str, ...]) -> None:
+        self.bridge.show_tenants("tenants", names)
+
+    def _count(self) -> None:
+        shown, total = self.model.rowCount(), len(self.model.all_rows)
+        self.count.setText(f"{shown:,} of {total:,}" if shown != total else f"{total:,} tenants")
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        self.visible.soon()
+
+    def hideEvent(self, event: QHideEvent) -> None:
+        super().hideEvent(event)
+        self.visible.hidden()
 
     # -- actions ---------------------------------------------------------------------------
 
@@ -244,7 +285,7 @@ class TenantsView(QWidget):
         rows = self.table.selectionModel().selectedRows()
         if not rows:
             return None
-        return self.model.record(self.proxy.mapToSource(rows[0]).row()).record.name
+        return self.model.record(rows[0].row()).record.name
 
     def _selected(self) -> None:
         tenant = self.selected_tenant()
@@ -306,6 +347,11 @@ class TenantsView(QWidget):
             self.bridge.report_error(exc.message)
             return
         self.bridge.set_pair_limit(tenant, provider, limit)
+
+
+def _name(row: object) -> str:
+    assert isinstance(row, TenantRow)
+    return row.record.name
 
 
 def _refill(combo: QComboBox, names: list[str]) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QHeaderView, QLabel, QTableView, QVBoxLayout, QWidget
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel, QTableView, QVBoxLayout, QWidget
 
 from engine import WorkerRecord
 from ui.bridge import Bridge
 from ui.models import WorkersModel
+from ui.views.table_tools import filter_box, sized_columns
 
 __all__ = ["WorkersView"]
 
@@ -16,18 +18,20 @@ class WorkersView(QWidget):
         super().__init__(parent)
         self.bridge = bridge
         self.model = WorkersModel(bridge.engine.worker_id, self)
+        self.filter = filter_box(self.model, "Filter workers by id, host or state")
         self.table = QTableView()
         self.table.setModel(self.model)
+        self.table.setSortingEnabled(True)  # sorted in the model: see ui.table_model
+        self.table.sortByColumn(1, Qt.SortOrder.AscendingOrder)
         self.table.verticalHeader().hide()
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setStretchLastSection(True)
+        sized_columns(self.table, self.model)
         note = QLabel(
             "Workers that sent a heartbeat in the last 15 s. This console's own engine is in "
             "bold; start more with `omnipost worker` on any machine that reaches the store."
         )
         note.setWordWrap(True)
         layout = QVBoxLayout(self)
+        layout.addWidget(self.filter)
         layout.addWidget(self.table, 1)
         layout.addWidget(note)
         bridge.workers_changed.connect(self.set_workers)
