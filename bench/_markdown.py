@@ -14,6 +14,7 @@ from pathlib import Path
 
 import _sections as sections
 import jinja2
+from _console_section import console as console_section
 from _sections import Data
 from _tenants_section import tenants as tenants_section
 from tabulate import tabulate
@@ -61,6 +62,7 @@ def render(
         scale=section("scale_queue", sections.scale),
         deep=section("deep_store", sections.deep),
         plan=section("plan", sections.plan),
+        console=section("console", console_section),
         tenants=section("tenants", tenants_section),
         micro=sections.micro(data.get("bucket"), data.get("redis_limiter")),
     )

@@ -50,6 +50,7 @@ BENCHES: dict[str, tuple[str, list[str], bool]] = {
     "redis_limiter": ("redis_limiter.py", ["--repeat", "5"], False),
     "plan": ("plan.py", [], True),
     "tenants": ("tenants.py", ["--duration", "10"], True),
+    "console": ("console.py", ["--tenants", "10000", "--seconds", "20"], False),
 }
 # --quick: the same code paths in well under a minute, for checking the scripts, not numbers.
 QUICK: dict[str, list[str]] = {
@@ -77,6 +78,7 @@ QUICK: dict[str, list[str]] = {
         "--duration",
         "3",
     ],
+    "console": ["--tenants", "300", "--seconds", "2", "--queued", "2"],
 }
 COLORS = {"omnipost": "#2b6cb0", "omnipost_wide": "#63b3ed", "procrastinate": "#dd6b20"}
 COLORS |= {"ceiling": "#718096", "local": "#2b6cb0", "redis": "#c53030"}

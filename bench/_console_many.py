@@ -1,0 +1,236 @@
+"""``bench/console.py --tenants N``: the console over N tenants while its engine dispatches.
+
+On a temporary SQLite store: N tenants (2-50/s, burst one second's worth), three ``simulated``
+providers (10 ms, 1,000/s each) and a pair limit for every (tenant, provider): 4N + 3 buckets;
+``--queued`` due notifications per tenant over the three providers (bulk SQL, then the count
+triggers), so the engine dispatches across every tenant for the whole run. Measured:
+
+- ``engine_alone``: the engine dispatching with no console for ``--seconds`` / 2: its loop
+  lag and delivery rate, what the console's figures compare with;
+- ``show_s``: from making the bridge and the window to the first sample drawn in the shown
+  window, while the engine dispatches (the store and the engine are open already);
+- then, for ``--seconds``: the loop's lag (how late a 10 ms sleep
+  wakes, p50/p99/max) with the dashboard shown, the delivery rate reached, the dashboard's
+  refresh time, and the loop lag with the Tenants & limits view shown and scrolled;
+- RSS: the process's resident memory before the window was made and after the run, and
+  the difference per tenant;
+- the Tenants & limits table at N rows: one sort by a column and one filter, timed;
+- with ``--shots DIR``: PNGs of the dashboard, the Tenants & limits view and the queue view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from PySide6 import __version__ as pyside_version
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtWidgets import QWidget
+
+from app.wiring import build_engine, build_store
+from engine import SecretBox
+from tests.many_tenants import populate
+from ui import Bridge, MainWindow
+
+__all__ = ["bench_tenants"]
+
+
+def rss_mb() -> float:
+    """The process's resident set now (MiB), from /proc."""
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
+
+
+def summary_ms(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    return {
+        "p50_ms": round(_pct(values, 50) * 1000, 2),
+        "p99_ms": round(_pct(values, 99) * 1000, 2),
+        "max_ms": round(max(values) * 1000, 2),
+        "samples": len(values),
+    }
+
+
+async def _lag_probe(lags: list[float], period_s: float = 0.01) -> None:
+    loop = asyncio.get_running_loop()
+    while True:
+        before = loop.time()
+        await asyncio.sleep(period_s)
+        lags.append(max(0.0, loop.time() - before - period_s))
+
+
+async def _lagged(seconds: float, during: Any = None) -> list[float]:
+    lags: list[float] = []
+    probe = asyncio.ensure_future(_lag_probe(lags))
+    try:
+        if during is not None:
+            await during
+        await asyncio.sleep(seconds)
+    finally:
+        probe.cancel()
+        await asyncio.gather(probe, return_exceptions=True)
+    return lags
+
+
+async def _scroll(window: MainWindow, seconds: float) -> None:
+    """Page through the tenants table, as an operator would, for ``seconds``."""
+    bar = window.tenants_view.table.verticalScrollBar()
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        bar.setValue((bar.value() + bar.pageStep()) % max(1, bar.maximum()))
+        await asyncio.sleep(0.25)
+
+
+def _timed(fn: Any) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return round((time.perf_counter() - t0) * 1000, 1)
+
+
+def _table_ms(window: MainWindow) -> dict[str, float]:
+    """One sort and one filter of the Tenants & limits table, in ms."""
+    model = window.tenants_view.model
+    return {
+        "sort_by_rate_ms": _timed(lambda: model.sort(1, Qt.SortOrder.DescendingOrder)),
+        "sort_by_name_ms": _timed(lambda: model.sort(0, Qt.SortOrder.AscendingOrder)),
+        "filter_ms": _timed(lambda: model.set_filter("t012")),
+        "filtered_rows": model.rowCount(),
+        "unfilter_ms": _timed(lambda: model.set_filter("")),
+        "rows": model.rowCount(),
+    }
+
+
+async def _shoot(window: MainWindow, views: dict[str, QWidget], folder: Path) -> list[str]:
+    """PNGs of ``views`` (``folder`` exists), each grabbed after it was shown a while."""
+    saved = []
+    for name, view in views.items():
+        window.tabs.setCurrentWidget(view)
+        await asyncio.sleep(1.2)  # shown, laid out, and a sample or two drawn
+        path = folder / f"{name}.png"
+        window.grab().save(str(path))
+        saved.append(str(path))
+    return saved
+
+
+async def _closed(bridge: Bridge, timeout_s: float = 20.0) -> float | None:
+    """Stop the engine and close the bridge; the seconds it took, None past ``timeout_s``
+    (the run's figures are kept either way)."""
+    t0 = time.perf_counter()
+    try:
+        await asyncio.wait_for(bridge.aclose(), timeout_s)
+    except TimeoutError:
+        return None
+    return round(time.perf_counter() - t0, 1)
+
+
+async def bench_tenants(
+    tenants: int,
+    *,
+    seconds: float,
+    queued: int,
+    concurrency: int,
+    shots: Path | None = None,
+) -> dict[str, Any]:
+    # An engine whose stop timed out may still be writing when the folder goes.
+    with tempfile.TemporaryDirectory(prefix="omnipost-bench-", ignore_cleanup_errors=True) as tmp:
+        folder = Path(tmp)
+        box = SecretBox([SecretBox.generate_key()])
+        url = f"sqlite:///{folder / 'bench.db'}"
+        async with build_store(url, box) as store:
+            await store.migrate()
+            engine = build_engine(store, concurrency=concurrency, actor="console:bench")
+            await engine.open()
+            token = box.encrypt("customer@example.com")
+            made = await populate(engine, url, tenants, queued=queued, token=token)
+            rss_before = rss_mb()
+            await engine.start()  # the engine alone first: what the console adds to it
+            await asyncio.sleep(2.0)
+            alone0, ta = engine.telemetry.totals().delivered, time.perf_counter()
+            alone_lags = await _lagged(seconds / 2)
+            alone_s = time.perf_counter() - ta
+            alone = engine.telemetry.totals().delivered - alone0
+
+            t0 = time.perf_counter()
+            bridge = Bridge(engine)  # the default refresh: 500 ms, 5 min of history
+            window = MainWindow(
+                bridge, QSettings(str(folder / "c.ini"), QSettings.Format.IniFormat)
+            )
+            window.resize(1440, 900)
+            window.show()
+            first = asyncio.Event()
+            bridge.sampled.connect(lambda _snap: first.set())
+            bridge.start_sampling()
+            await first.wait()
+            await asyncio.sleep(0)  # the first sample drawn (the loop turns once)
+            show_s = time.perf_counter() - t0
+            await asyncio.sleep(2.0)  # settle: first samples, config read
+            refreshes: list[float] = []
+            bridge.sampled.connect(lambda _snap: refreshes.append(window.dashboard.full_refresh_s))
+            delivered0 = engine.telemetry.totals().delivered
+            t1 = time.perf_counter()
+            dashboard_lags = await _lagged(seconds)
+            elapsed = time.perf_counter() - t1
+            delivered = engine.telemetry.totals().delivered - delivered0
+
+            window.tabs.setCurrentWidget(window.tenants_view)
+            tenants_lags = await _lagged(0.0, _scroll(window, min(seconds, 8.0)))
+            table = _table_ms(window)
+            rss_after = rss_mb()
+            saved = []
+            if shots is not None:
+                views = {
+                    "dashboard": window.dashboard,
+                    "tenants": window.tenants_view,
+                    "queue": window.queue_view,
+                }
+                shots.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, at the end
+                saved = await _shoot(window, views, shots)
+            snap = await engine.snapshot(view=bridge.snapshot_view())
+            buckets = snap.picks.configured if snap.picks else len(snap.buckets)
+            window.close()
+            stop_s = await _closed(bridge)
+    return {
+        "stop_s": stop_s,
+        "benchmark": "console_tenants",
+        "python": platform.python_version(),
+        "pyside6": pyside_version,
+        "cpus": os.cpu_count(),
+        "load_average_1min": round(os.getloadavg()[0], 2),
+        "tenants": tenants,
+        "buckets": buckets,
+        "queued_per_tenant": queued,
+        "populate_s": round(made.seconds, 1),
+        "concurrency": concurrency,
+        "refresh_ms": 500,
+        "show_s": round(show_s, 2),
+        "engine_alone": {
+            "seconds": round(alone_s, 1),
+            "delivered_per_s": round(alone / alone_s, 1),
+            "loop_lag": summary_ms(alone_lags),
+        },
+        "dispatch": {
+            "seconds": round(elapsed, 1),
+            "delivered": delivered,
+            "delivered_per_s": round(delivered / elapsed, 1),
+            "loop_lag": summary_ms(dashboard_lags),
+            "dashboard_refresh": summary_ms(refreshes),
+        },
+        "tenants_view": {"loop_lag": summary_ms(tenants_lags), **table},
+        "rss": {
+            "before_window_mb": round(rss_before, 1),
+            "after_mb": round(rss_after, 1),
+            "per_tenant_kb": round((rss_after - rss_before) * 1024 / tenants, 2),
+        },
+        "screenshots": saved,
+    }
