@@ -272,3 +272,30 @@ async def test_newest_notifications_across_tenants(
     t0 = time.perf_counter()
     assert await engine.deliveries_after(0) == []
     assert time.perf_counter() - t0 < 1
+
+
+async def test_the_glance_reads_on_each_store(store: Store, store_url: str, box: SecretBox) -> None:
+    """The new reads on SQLite and Postgres: depth of named tenants, the overview, the
+    newest notifications across tenants, the newest deliveries, the configuration's token."""
+    engine = Engine(store, LocalLimiter(SystemClock()), BUILTIN_KINDS)
+    await engine.open()
+    try:
+        await populate(engine, store_url, 30, queued=3, token=box.encrypt("a@example.com"))
+        ids = {t.name: t.id for t in await engine.tenants()}
+        rows = await store.glance.depth_of([ids[tenant_name(1)], ids[tenant_name(2)]])
+        assert {(r.tenant_id, r.state, r.count) for r in rows} == {
+            (ids[tenant_name(i)], NotificationState.QUEUED, 3) for i in (1, 2)
+        }
+        assert all(r.oldest_enqueued_at is not None for r in rows)
+        overview = await store.glance.overview(5)
+        assert overview.totals[NotificationState.QUEUED] == 90
+        assert overview.tenants_queued == 30 and len(overview.deepest) == 5
+        assert overview.oldest_enqueued_at is not None
+        newest = await engine.newest_notifications(None, limit=7)
+        assert len(newest) == 7 and all(v.state is NotificationState.QUEUED for v in newest)
+        assert await engine.newest_notifications(NotificationState.LEASED) == []
+        assert await engine.deliveries_after(0) == []
+        token = await engine.config_token()
+        assert token[1:] == (30, 3, 90)
+    finally:
+        await engine.close()
