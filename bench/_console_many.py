@@ -100,10 +100,11 @@ def _timed(fn: Any) -> float:
 
 def _table_ms(window: MainWindow) -> dict[str, float]:
     """One sort and one filter of the Tenants & limits table, in ms."""
-    model = window.tenants_view.model
-    return {
-        "sort_by_rate_ms": _timed(lambda: model.sort(1, Qt.SortOrder.DescendingOrder)),
-        "sort_by_name_ms": _timed(lambda: model.sort(0, Qt.SortOrder.AscendingOrder)),
+    view = window.tenants_view
+    model, table = view.model, view.table
+    return {  # through the header, as a click would (the model sorts itself)
+        "sort_by_rate_ms": _timed(lambda: table.sortByColumn(1, Qt.SortOrder.DescendingOrder)),
+        "sort_by_name_ms": _timed(lambda: table.sortByColumn(0, Qt.SortOrder.AscendingOrder)),
         "filter_ms": _timed(lambda: model.set_filter("t012")),
         "filtered_rows": model.rowCount(),
         "unfilter_ms": _timed(lambda: model.set_filter("")),

@@ -153,6 +153,7 @@ class Glance:
         busiest = _busiest(rates, limits, view.busiest)
         matched, matching_total = self._matching(limits, view.match, view.matched)
         own = [BucketKey.for_tenant(name) for name in view.tenants]
+        own += view.buckets
         wanted = candidates(activity, limits, now) | {*self._low, *busiest, *matched}
         wanted |= {k for k in own if k in limits}
         wanted |= {k for k in map(BucketKey.for_provider, providers) if k in limits}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.domain import BucketLevel
+from engine.domain import BucketKey, BucketLevel
 
 __all__ = ["BucketPick", "BucketPicks", "QueueTotals", "SnapshotView"]
 
@@ -17,7 +17,8 @@ class SnapshotView:
     ``emptiest`` and ``busiest``: how many of each kind of bucket to pick; ``match``: buckets
     whose name (``tenant:acme``, ``pair:acme/sms``, ``provider:sms``) contains this text, case
     ignored, at most ``matched`` of them; ``tenants``: tenants whose queue and own bucket are
-    wanted whatever their rank (the rows on screen, a running burst's); ``deepest``: how many
+    wanted whatever their rank (the rows on screen, a running burst's); ``buckets``: buckets
+    whose levels are wanted every time (those plotted); ``deepest``: how many
     of the tenants with the most queued to list (chosen among those of the last overview and
     the named tenants, whose queues are read every time); ``totals_every_s``: how stale the
     totals (and the overview's deepest tenants) may be, since reading them scans the kept
@@ -29,6 +30,7 @@ class SnapshotView:
     match: str = ""
     matched: int = 24
     tenants: tuple[str, ...] = ()
+    buckets: tuple[BucketKey, ...] = ()
     deepest: int = 8
     totals_every_s: float = 5.0
 

@@ -99,6 +99,7 @@ class Sampler(QObject):
         self._followed: dict[str, None] = {}  # tenants that were among the deepest, newest last
         self.fill_labels: dict[str, str] = {}  # the fill series kept, by name: their labels
         self.plotted_fills: set[str] = set()  # fill series on the dashboard: never dropped
+        self._fill_keys: dict[str, BucketKey] = {}  # the fill series kept: their buckets
         self.view = SnapshotView()  # what the dashboard shows (its filter, its counts)
         self._samples = 0
 
@@ -186,7 +187,8 @@ class Sampler(QObject):
         names = dict.fromkeys(n for shown in self._shown_tenants.values() for n in shown)
         names.update(dict.fromkeys(burst.tenants if burst and not burst.done else ()))
         names.update(self._followed)
-        return replace(self.view, tenants=tuple(names))
+        plotted = tuple(self._fill_keys[n] for n in self.plotted_fills if n in self._fill_keys)
+        return replace(self.view, tenants=tuple(names), buckets=plotted)
 
     # -- sampling --------------------------------------------------------------------------
 
@@ -249,6 +251,10 @@ class Sampler(QObject):
         picked = snap.buckets if picks is None else _picked(picks)
         for level in picked:
             values[self._fill_series(level.key)] = level.fill * 100
+        for level in snap.buckets:  # the plotted ones, read every time
+            name = f"fill:{level.key}"
+            if name in self.plotted_fills:
+                values[name] = level.fill * 100
         if picks is None:
             depths = snap.depth
         else:  # the plot's tenants: the deepest and those followed (not the rows on screen)
@@ -270,6 +276,7 @@ class Sampler(QObject):
         labels = self.fill_labels
         labels.pop(name, None)
         labels[name] = fmt_bucket(key)
+        self._fill_keys[name] = key
         while len(labels) > _FILL_SERIES:
             gone = next(iter(labels))
             label = labels.pop(gone)
@@ -277,6 +284,7 @@ class Sampler(QObject):
                 labels[gone] = label
                 continue
             self.history.drop(gone)
+            self._fill_keys.pop(gone, None)
         return name
 
     def _follow(self, deepest: Iterable[str]) -> None:

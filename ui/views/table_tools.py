@@ -25,14 +25,14 @@ _SETTLE_MS = 60  # scrolling or typing settles before the rows on screen are rea
 _MEASURED_ROWS = 40  # rows whose text sets a column's width
 
 
-def sized_columns(table: QTableView, model: ShownModel[Any]) -> None:
+def sized_columns(table: QTableView, model: ShownModel[Any], *, stretch_last: bool = True) -> None:
     """Columns as wide as their header and first rows' text, set when the rows are replaced
     (a reset) and otherwise left alone: ``ResizeToContents`` measured 1,000 rows of every
     column again on every change, tens of milliseconds a sample at 10,000 rows."""
     header = table.horizontalHeader()
     header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
     header.setResizeContentsPrecision(_MEASURED_ROWS)
-    header.setStretchLastSection(True)
+    header.setStretchLastSection(stretch_last)  # else the room left stays empty, at the right
     model.modelReset.connect(table.resizeColumnsToContents)
 
 

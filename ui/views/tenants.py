@@ -141,7 +141,7 @@ class TenantsView(QWidget):
             | QAbstractItemView.EditTrigger.AnyKeyPressed
         )
         self.table.verticalHeader().hide()
-        sized_columns(self.table, self.model)
+        sized_columns(self.table, self.model, stretch_last=False)  # figures stay together
         self.table.selectionModel().selectionChanged.connect(self._selected)
         self.visible = VisibleRows(self.table, self.model, _name, self._show_rows)
         self.model.layoutChanged.connect(self._count)
