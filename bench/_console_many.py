@@ -1,7 +1,8 @@
 """``bench/console.py --tenants N``: the console over N tenants while its engine dispatches.
 
 On a temporary SQLite store: N tenants (2-50/s, burst one second's worth), three ``simulated``
-providers (10 ms, 1,000/s each) and a pair limit for every (tenant, provider): 4N + 3 buckets;
+providers (10 ms, 1,000/s each) and a pair limit for every (tenant, provider): 4N + 3 buckets
+(``--no-pair-limits``: N + 3);
 ``--queued`` due notifications per tenant over the three providers (bulk SQL, then the count
 triggers), so the engine dispatches across every tenant for the whole run. Measured:
 
@@ -33,7 +34,7 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QWidget
 
 from app.wiring import build_engine, build_store
-from engine import SecretBox
+from engine import NotificationState, SecretBox
 from tests.many_tenants import populate
 from ui import Bridge, MainWindow
 
@@ -115,6 +116,8 @@ def _table_ms(window: MainWindow) -> dict[str, float]:
 async def _shoot(window: MainWindow, views: dict[str, QWidget], folder: Path) -> list[str]:
     """PNGs of ``views`` (``folder`` exists), each grabbed after it was shown a while."""
     saved = []
+    queue = window.queue_view  # the queued notifications: dead ones there are none
+    queue.state.setCurrentIndex(queue.state.findData(NotificationState.QUEUED.value))
     for name, view in views.items():
         window.tabs.setCurrentWidget(view)
         await asyncio.sleep(1.2)  # shown, laid out, and a sample or two drawn
@@ -142,6 +145,7 @@ async def bench_tenants(
     queued: int,
     concurrency: int,
     shots: Path | None = None,
+    pair_limits: bool = True,
 ) -> dict[str, Any]:
     # An engine whose stop timed out may still be writing when the folder goes.
     with tempfile.TemporaryDirectory(prefix="omnipost-bench-", ignore_cleanup_errors=True) as tmp:
@@ -153,7 +157,9 @@ async def bench_tenants(
             engine = build_engine(store, concurrency=concurrency, actor="console:bench")
             await engine.open()
             token = box.encrypt("customer@example.com")
-            made = await populate(engine, url, tenants, queued=queued, token=token)
+            made = await populate(
+                engine, url, tenants, queued=queued, token=token, pair_limits=pair_limits
+            )
             rss_before = rss_mb()
             await engine.start()  # the engine alone first: what the console adds to it
             await asyncio.sleep(2.0)
@@ -211,6 +217,7 @@ async def bench_tenants(
         "tenants": tenants,
         "buckets": buckets,
         "queued_per_tenant": queued,
+        "pair_limits": pair_limits,
         "populate_s": round(made.seconds, 1),
         "concurrency": concurrency,
         "refresh_ms": 500,

@@ -213,6 +213,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="with --tenants: dispatch")
     parser.add_argument("--queued", type=int, default=6, help="with --tenants: per tenant")
     parser.add_argument("--shots", type=Path, default=None, help="with --tenants: PNGs here")
+    parser.add_argument(
+        "--no-pair-limits", action="store_true", help="with --tenants: tenant limits only"
+    )
     args = parser.parse_args()
     hush_offscreen_noise()
     app = application(sys.argv[:1])
@@ -226,6 +229,7 @@ def main() -> int:
                 queued=args.queued,
                 concurrency=args.concurrency,
                 shots=args.shots,
+                pair_limits=not args.no_pair_limits,
             )
             result.update(many)
             return 0

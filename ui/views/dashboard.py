@@ -19,6 +19,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QColor, QFont, QShowEvent
 from PySide6.QtWidgets import (
     QFrame,
+    QGraphicsItem,
     QGridLayout,
     QHBoxLayout,
     QHeaderView,
@@ -106,6 +107,9 @@ class _Plot:
         self.item.setDownsampling(auto=True, mode="peak")
         self.item.setMouseEnabled(x=False, y=False)
         self.item.hideButtons()
+        for side in ("left", "bottom"):  # drawn again only when their range moves a step
+            cache = QGraphicsItem.CacheMode.DeviceCoordinateCache
+            self.item.getAxis(side).setCacheMode(cache)
         self.legend = self.item.addLegend(offset=(8, 4)) if legend else None
         if self.legend is not None:
             self.legend.setColumnCount(3)

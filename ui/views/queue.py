@@ -123,11 +123,16 @@ class QueueView(QWidget):
 
     def set_rows(self, rows: list[QueueRow]) -> None:
         self.model.set_rows(rows)
-        tenant, _ = self.filters()
-        self.count.setText(
-            f"{len(rows)} read, newest first: at most 200"
-            + ("" if tenant else " of all tenants (queued: of the 20 deepest)")
-        )
+        tenant, state = self.filters()
+        whose = f" of {tenant}" if tenant else ""
+        if not rows:
+            kind = f"{state.value} " if state else ""
+            self.count.setText(f"no {kind}notifications{whose}")
+        else:
+            self.count.setText(
+                f"{len(rows)} read, newest first: at most 200"
+                + ("" if tenant else " of all tenants (queued: of the 20 deepest)")
+            )
         self._update_buttons()
 
     def selected_ids(self) -> list[int]:
