@@ -44,7 +44,7 @@ __all__ = ["Dispatcher", "DispatcherSettings"]
 
 log = logging.getLogger(__name__)
 
-_KEYS_PER_CLAIM = 1  # keys of one provider's line served by one claim
+_KEYS_PER_CLAIM = 64  # keys of one provider's line served by one claim
 _PROBES_PER_ROUND = 500  # keys whose count ran out, looked at alone in one round
 
 
@@ -277,8 +277,8 @@ class Dispatcher:
         buckets, or (drained) is looked at alone; a provider's bucket that ran dry holds the
         whole line. ``probing``: the provider's circuit probe is due: one lease, alone."""
         asks = self._gather(line, probing=probing)
-        if not asks or asks[0][2] == 0:  # no route, or no room for the first key
-            return len(asks), 0
+        if not asks:  # no route, or no room
+            return 0, 0
         reserved_at = self._clock.monotonic()
         reservations = await self._limiter.reserve_many([(r.buckets, n) for _k, r, n in asks])
         granted = [i for i, got in enumerate(reservations) if got.granted > 0]
@@ -314,7 +314,10 @@ class Dispatcher:
     def _gather(self, line: collections.deque[Key], *, probing: bool) -> list[Ask]:
         """The first keys of ``line`` to serve together and how many to ask for each: as many
         as their counts say, within the room the senders leave, at most ``_KEYS_PER_CLAIM``,
-        all paced or none. A first key without room goes to the back, asked for 0."""
+        all paced or none. Paced keys without room keep their places (first served once the
+        senders free up) while keys no limit paces behind them, within the same window, may
+        go; none with room: nothing, and the line waits for a send to end (visiting every
+        key of a long line in turn to find it full would cost a round per key)."""
         book, settings = self._book, self.settings
         asks: list[Ask] = []
         dropped: list[Key] = []
@@ -329,10 +332,11 @@ class Dispatcher:
             room = self._work.room(settings, self.concurrency, paced=route.paced, per=route.per)
             room -= used
             if room <= 0:
-                if not asks:  # to the back: the next key may be one no limit paces
-                    self._senders.starved = True  # a send that ends wakes the loop
-                    book.served(key, 0, drained=False)
-                    asks.append((key, route, 0))
+                if asks:
+                    break
+                self._senders.starved = True  # a send that ends wakes the loop
+                if route.paced:
+                    continue  # it keeps its place; a key further on may be one no limit paces
                 break
             due = book.due[key]
             asked = 1 if probing else (room if room < due else due)

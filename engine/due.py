@@ -47,7 +47,8 @@ class DueBook:
         self._parked: dict[Key, int | None] = {}
         self._later: list[tuple[float, Key]] = []  # (wall time, parked key) its rows fall due
         self._later_at: dict[Key, float] = {}
-        self.probes: set[Key] = set()  # drained keys (or counts that ran out): look at alone
+        self.probes: set[Key] = set()  # drained keys (or capped counts that ran out): look at alone
+        self._capped: set[Key] = set()  # ready or waiting keys whose count is a floor: maybe more
         self._fresh: set[Key] = set()  # added since the look under way began: kept by it
         self._fresh_probe: set[Key] = set()  # added or delayed since the probe began
 
@@ -75,7 +76,8 @@ class DueBook:
         """A row of ``key`` falls due at wall time ``at`` (a retry after its back-off)."""
         self._fresh_probe.add(key)
         if key in self.due:
-            return  # it is served anyway; a short claim will look at it alone
+            self._capped.add(key)  # served anyway; once its count runs out, looked at alone
+            return
         if key not in self._parked:
             self.probes.discard(key)
             self._parked[key] = None
@@ -103,16 +105,16 @@ class DueBook:
             if n <= 0:
                 continue
             if key in self.due:
-                self.due[key] = n if n < self._cap else self._cap
+                self._count(key, n)
             elif key in self._parked:
                 seen = self._parked[key]
                 if seen is None:
                     self._parked[key] = n  # the baseline for the next look
                 elif n > seen:  # rows came in (or went back to the queue) since
                     self._unpark(key)
-                    self._ready(key, n if n < self._cap else self._cap)
+                    self._ready(key, n)
             elif key not in self.probes:
-                self._ready(key, n if n < self._cap else self._cap)
+                self._ready(key, n)
 
     def begin_probe(self) -> None:
         """A look at the keys of ``probes`` alone starts."""
@@ -134,7 +136,7 @@ class DueBook:
             elif answer.due > 0:
                 self._unpark(key)
                 if key in self.due:
-                    self.due[key] = answer.due
+                    self._count(key, answer.due)
                 else:
                     self._ready(key, answer.due)
             else:
@@ -164,6 +166,8 @@ class DueBook:
                 seen = self._parked.get(key)
                 self._unpark(key)
                 self._ready(key, seen if seen else 1)
+                if not seen:
+                    self._capped.add(key)  # a guess: looked at alone once it runs out
         if self._held:
             for provider in [p for p, t in self._held.items() if t <= mono]:
                 del self._held[provider]
@@ -183,14 +187,19 @@ class DueBook:
 
     def served(self, key: Key, leased: int, *, drained: bool) -> None:
         """``key`` (first in its line, as a rule) leased ``leased`` rows; ``drained``: the
-        claim found fewer than it asked for, or the count ran out (then it is looked at
-        alone). Otherwise it goes to the back of its line."""
+        claim found fewer than it asked for (then it is looked at alone: its rows may fall
+        due later). A count that ran out is looked at alone only if it was the cap; an
+        exact one leaves nothing known, so the key is forgotten until the next look, enqueue
+        or NOTIFY brings it back (at ten thousand keys of a row or two each, a probe per send
+        would cost more than the send). Otherwise it goes to the back of its line."""
         line = self._lines[key[1]]
         _take(line, key)
         left = self.due.get(key, 0) - leased
         if drained or left <= 0:
             self.due.pop(key, None)
-            self.probes.add(key)
+            if drained or key in self._capped:
+                self.probes.add(key)
+            self._capped.discard(key)
         else:
             self.due[key] = left
             line.append(key)
@@ -277,12 +286,22 @@ class DueBook:
         return line
 
     def _ready(self, key: Key, n: int) -> None:
-        self.due[key] = n
+        self._count(key, n)
         self._line(key[1]).append(key)
+
+    def _count(self, key: Key, n: int) -> None:
+        """``key``'s due rows from a look or a probe: at most the cap (then maybe more)."""
+        if n < self._cap:
+            self.due[key] = n
+            self._capped.discard(key)
+        else:
+            self.due[key] = self._cap
+            self._capped.add(key)
 
     def _drop(self, key: Key) -> None:
         """Out of ready and waiting (a line keeps no stale entry: ``served``, ``wait`` and
         ``drop`` take the key from the front; elsewhere it is removed by value)."""
+        self._capped.discard(key)
         if self.due.pop(key, None) is None:
             return
         if self._wait_until.pop(key, None) is None:

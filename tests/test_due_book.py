@@ -45,7 +45,7 @@ def test_adding_to_a_known_key_keeps_its_place() -> None:
     ("leased", "drained", "line", "probes"),
     [
         (2, False, [B1, A1], set()),  # rows left: to the back
-        (5, False, [B1], {A1}),  # its count ran out: looked at alone
+        (5, False, [B1], set()),  # its exact count ran out: forgotten, not probed
         (1, True, [B1], {A1}),  # the claim found fewer than it asked: looked at alone
     ],
 )
@@ -56,6 +56,20 @@ def test_served(leased: int, drained: bool, line: list[Key], probes: set[Key]) -
     book.served(A1, leased, drained=drained)
     assert lines(book) == {1: line}
     assert book.probes == probes
+    assert (A1 in book.due) == (A1 in line)
+
+
+def test_a_capped_count_that_runs_out_is_looked_at_alone_an_exact_one_is_not() -> None:
+    book = DueBook(cap=4)
+    book.begin_look()
+    book.look({A1: 9, B1: 4, C1: 3})  # A1 and B1 at the cap: maybe more; C1 exact
+    assert book.due == {A1: 4, B1: 4, C1: 3}
+    for key in (A1, B1, C1):
+        book.served(key, book.due[key], drained=False)
+    assert book.probes == {A1, B1} and not book.due
+    book.begin_look()
+    book.look({A1: 5, B1: 4, C1: 3})  # the next look brings the exact one back
+    assert book.due == {C1: 3}
 
 
 def test_a_waiting_key_is_not_in_its_line_until_its_instant_then_goes_first() -> None:
