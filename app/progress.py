@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 import time
 
-from engine import Engine, Snapshot
+from engine import BRIEF_VIEW, Engine, Snapshot
 
-__all__ = ["report_progress", "summary_line"]
+__all__ = ["FINAL_VIEW", "report_progress", "summary_line"]
+
+FINAL_VIEW = dataclasses.replace(BRIEF_VIEW, totals_every_s=0.0)  # the last line: totals now
 
 
 def summary_line(snap: Snapshot, elapsed_s: float, rate_per_s: float | None = None) -> str:
-    """One line: totals so far, the delivery rate (since the last line, or the mean), depth,
-    latency and the first few buckets' levels."""
+    """One line: totals so far, the delivery rate (since the last line, or the mean), the
+    queue over every tenant, latency and the first few buckets' levels."""
     if rate_per_s is None:
         rate_per_s = snap.totals.delivered / elapsed_s if elapsed_s > 0 else 0.0
-    queued = sum(d.queued for d in snap.depth)
-    leased = sum(d.leased for d in snap.depth)
+    queue = snap.queue
+    queued = sum(d.queued for d in snap.depth) if queue is None else queue.queued
+    leased = sum(d.leased for d in snap.depth) if queue is None else queue.leased
     totals = snap.totals
     buckets = " ".join(f"{b.key}={b.tokens:.0f}/{b.burst:g}" for b in snap.buckets[:4]) + (
         " ..." if len(snap.buckets) > 4 else ""
@@ -33,12 +37,14 @@ def summary_line(snap: Snapshot, elapsed_s: float, rate_per_s: float | None = No
 
 
 async def report_progress(engine: Engine, interval_s: float = 1.0) -> None:
-    """Print one line every ``interval_s`` to stderr until cancelled."""
+    """Print one line every ``interval_s`` to stderr until cancelled: a brief snapshot each
+    (``BRIEF_VIEW``), whose cost does not grow with the tenants, so it may run beside the
+    dispatch loop at any scale."""
     start = last_t = time.monotonic()
     last_delivered = engine.totals().delivered
     while True:
         await asyncio.sleep(interval_s)
-        snap = await engine.snapshot()
+        snap = await engine.snapshot(view=BRIEF_VIEW)
         now = time.monotonic()
         rate = (snap.totals.delivered - last_delivered) / max(now - last_t, 1e-6)
         last_t, last_delivered = now, snap.totals.delivered

@@ -2,18 +2,22 @@
 
 N tenants at 20/s (burst 10); three ``simulated`` providers (5 ms) sharing 2,000/s (667/s
 each, burst 50); a backlog spread evenly over every (tenant, provider), deep enough to last the
-run; one ``omnipost worker --concurrency 32 --duration D`` process. Measured: the steady rate
-over the second half of its deliveries (from ``delivery_log``) against what the limits allow,
-``min(N x 20/s, 2,000/s)``, and the worker's CPU seconds per delivered notification (its
-rusage). The tenants and the backlog are written before the worker starts (not timed).
+run; one ``omnipost worker --concurrency 32 --duration D`` process, with its progress line
+every second as an operator runs it (``--quiet`` passes it on, to compare). Measured: the
+steady rate over the second half of its deliveries (from ``delivery_log``) against what the
+limits allow, ``min(N x 20/s, 2,000/s)``, and the worker's CPU seconds per delivered
+notification (its rusage). The tenants and the backlog are written before the worker starts
+(not timed).
 
     .venv/bin/python bench/tenants.py [--tenants 10,100,1000,10000] [--stores sqlite,postgres]
-        [--limiter local,redis] [--duration 16] [--out FILE]
+        [--limiter local,redis] [--duration 16] [--quiet] [--out FILE]
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import math
 import os
 import sqlite3
 import subprocess
@@ -53,7 +57,7 @@ def allowed_per_s(tenants: int) -> float:
 
 async def prepare(url: str, key: str, tenants: int, duration_s: float) -> dict[str, Any]:
     """Migrate; add the providers, the tenants and a backlog of 1.3 x what the run can send."""
-    per_key = max(1, round(allowed_per_s(tenants) * duration_s * 1.3 / (tenants * 3)))
+    per_key = math.ceil(allowed_per_s(tenants) * duration_s * 1.3 / (tenants * 3))
     t0 = time.perf_counter()
     async with Store(url, SecretBox([key])) as store:
         await store.migrate()
@@ -81,13 +85,16 @@ async def _add_tenants(engine: Engine, tenants: int) -> None:
     await engine.import_tenants(specs)
 
 
-def run_worker(url: str, key: str, redis_url: str | None, duration_s: float) -> dict[str, Any]:
-    """One worker for ``duration_s``; returns its CPU seconds and exit status."""
+def run_worker(
+    url: str, key: str, redis_url: str | None, duration_s: float, *, quiet: bool
+) -> dict[str, Any]:
+    """One worker for ``duration_s`` (``quiet``: without its progress lines); returns its CPU
+    seconds and how many progress lines it printed."""
     env = clean_env(Path(tempfile.mkdtemp(prefix="omnipost-tenants-")), OMNIPOST_KEYS=key)
     args = ["--db", url, "--concurrency", str(CONCURRENCY), "--duration", str(duration_s)]
     if redis_url:
         args += ["--redis", redis_url]
-    command = [sys.executable, "-m", "app", "worker", "--quiet", *args]
+    command = [sys.executable, "-m", "app", "worker", *(["--quiet"] if quiet else []), *args]
     proc = subprocess.Popen(
         command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
@@ -96,7 +103,8 @@ def run_worker(url: str, key: str, redis_url: str | None, duration_s: float) -> 
     _pid, status, usage = os.wait4(proc.pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"the worker failed:\n{output}")
-    return {"cpu_s": usage.ru_utime + usage.ru_stime}
+    lines = sum(1 for line in output.splitlines() if line.startswith("[") and "delivered" in line)
+    return {"cpu_s": usage.ru_utime + usage.ru_stime, "progress_lines": lines}
 
 
 async def delivered_ts(url: str) -> list[float]:
@@ -122,7 +130,7 @@ def steady_rate(ts: Sequence[float]) -> float:
 
 
 async def one_run(
-    store_kind: str, tenants: int, limiter: str, duration_s: float, tmp: Path
+    store_kind: str, tenants: int, limiter: str, duration_s: float, tmp: Path, *, quiet: bool
 ) -> dict[str, Any]:
     key = SecretBox.generate_key()
     redis_url = REDIS if limiter == "redis" else None
@@ -130,16 +138,18 @@ async def one_run(
         await _flush_redis(redis_url)
     if store_kind == "sqlite":
         url = f"sqlite:///{tmp / f'tenants-{tenants}-{limiter}.db'}"
-        return await _measure(url, key, tenants, redis_url, duration_s)
+        return await _measure(url, key, tenants, redis_url, duration_s, quiet=quiet)
     async with fresh_pg(f"tenants{tenants}") as url:
-        return await _measure(url, key, tenants, redis_url, duration_s)
+        return await _measure(url, key, tenants, redis_url, duration_s, quiet=quiet)
 
 
 async def _measure(
-    url: str, key: str, tenants: int, redis_url: str | None, duration_s: float
+    url: str, key: str, tenants: int, redis_url: str | None, duration_s: float, *, quiet: bool
 ) -> dict[str, Any]:
     prepared = await prepare(url, key, tenants, duration_s)
-    worker = await asyncio.to_thread(run_worker, url, key, redis_url, duration_s)
+    worker = await asyncio.to_thread(
+        functools.partial(run_worker, url, key, redis_url, duration_s, quiet=quiet)
+    )
     ts = await delivered_ts(url)
     rate = steady_rate(ts)
     allowed = allowed_per_s(tenants)
@@ -150,6 +160,7 @@ async def _measure(
         "allowed_per_s": round(allowed),
         "ratio": round(rate / allowed, 3),
         "cpu_ms_per_delivered": round(worker["cpu_s"] * 1000 / max(len(ts), 1), 3),
+        "progress_lines": worker["progress_lines"],
     }
 
 
@@ -174,12 +185,15 @@ async def main(args: Any) -> dict[str, Any]:
         for limiter in args.limiter.split(","):
             for store_kind in stores:
                 for n in counts:
-                    run = await one_run(store_kind, n, limiter, args.duration, Path(tmp))
+                    run = await one_run(
+                        store_kind, n, limiter, args.duration, Path(tmp), quiet=args.quiet
+                    )
                     runs.append({"store": store_kind, "limiter": limiter, "tenants": n, **run})
                     print(runs[-1], file=sys.stderr)
     return {
         "benchmark": "tenants",
         "duration_s": args.duration,
+        "progress_lines": not args.quiet,
         "tenant_limit": {"rate_per_s": TENANT_LIMIT.rate_per_s, "burst": TENANT_LIMIT.burst},
         "providers": len(PROVIDERS),
         "provider_limit": {
@@ -197,6 +211,7 @@ if __name__ == "__main__":
     p.add_argument("--stores", default="sqlite,postgres")
     p.add_argument("--limiter", default="local,redis")
     p.add_argument("--duration", type=float, default=16.0)
+    p.add_argument("--quiet", action="store_true", help="the worker prints no progress lines")
     cli = p.parse_args()
     log_level_warning()
     emit(asyncio.run(main(cli)), cli.out)

@@ -39,7 +39,7 @@ from engine.errors import (
     StoreError,
     StoreUnavailable,
 )
-from engine.glance_model import BucketPick, BucketPicks, QueueTotals, SnapshotView
+from engine.glance_model import BRIEF_VIEW, BucketPick, BucketPicks, QueueTotals, SnapshotView
 from engine.health import CircuitState, ProviderHealth
 from engine.limiter import Limiter, Reservation
 from engine.local_limiter import LocalLimiter
@@ -97,6 +97,7 @@ from engine.tenant_lines import (
 )
 
 __all__ = [
+    "BRIEF_VIEW",
     "BUILTIN_KINDS",
     "COMMON_OPTIONS",
     "DEFAULT_RETENTION",

@@ -10,7 +10,8 @@
 - the depth of the named tenants and of the deepest ones: their rows of the kept counts and
   one index entry each (``GlanceReads.depth_of``);
 - every ``totals_every_s``: the totals and the choice of the deepest tenants
-  (``GlanceReads.overview``, a pass over the kept counts inside the database).
+  (``GlanceReads.overview``, a pass over the kept counts inside the database); with no
+  deepest tenants asked for, the totals per state alone (``GlanceReads.totals``).
 
 The name filter's matches are worked out once per filter text and configuration.
 """
@@ -181,7 +182,10 @@ class Glance:
         read_at, deepest = self._overview_key
         stale = now - read_at >= view.totals_every_s or deepest != view.deepest
         if self._overview is None or stale:
-            self._overview = await store.glance.overview(view.deepest)
+            glance = store.glance
+            self._overview = await (
+                glance.overview(view.deepest) if view.deepest else glance.totals()
+            )
             self._overview_key = (now, view.deepest)
             self._overview_wall = wall
         return self._overview

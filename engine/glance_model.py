@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from engine.domain import BucketKey, BucketLevel
 
-__all__ = ["BucketPick", "BucketPicks", "QueueTotals", "SnapshotView"]
+__all__ = ["BRIEF_VIEW", "BucketPick", "BucketPicks", "QueueTotals", "SnapshotView"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +20,9 @@ class SnapshotView:
     wanted whatever their rank (the rows on screen, a running burst's); ``buckets``: buckets
     whose levels are wanted every time (those plotted); ``deepest``: how many
     of the tenants with the most queued to list (chosen among those of the last overview and
-    the named tenants, whose queues are read every time); ``totals_every_s``: how stale the
+    the named tenants, whose queues are read every time; 0: none, and the totals are the
+    notifications per state alone, one sum per state over the kept counts, with nothing read
+    per tenant: the view of a progress line, ``BRIEF_VIEW``); ``totals_every_s``: how stale the
     totals (and the overview's deepest tenants) may be, since reading them scans the kept
     counts.
     """
@@ -64,12 +66,19 @@ class BucketPicks:
 class QueueTotals:
     """The queue over every tenant: notifications per state, how many tenants have queued
     work, the age of the oldest queued notification (None: nothing queued), and ``read_at``
-    (unix s): when these were read (they may be ``SnapshotView.totals_every_s`` old)."""
+    (unix s): when these were read (they may be ``SnapshotView.totals_every_s`` old). A view
+    that ranks no tenant (``deepest=0``) reads neither of the per-tenant figures: both None."""
 
     queued: int = 0
     leased: int = 0
     delivered: int = 0
     dead: int = 0
-    tenants_queued: int = 0
+    tenants_queued: int | None = 0
     oldest_queued_age_s: float | None = None
     read_at: float = 0.0
+
+
+# A worker's progress line, ``omnipost stats`` and the metrics while dispatching: the four
+# emptiest buckets among those taken from lately, the totals per state (a second old at most),
+# and nothing per tenant: the same cost at 10 and at 100,000 tenants.
+BRIEF_VIEW = SnapshotView(emptiest=4, busiest=0, matched=0, deepest=0, totals_every_s=1.0)

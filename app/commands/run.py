@@ -13,7 +13,7 @@ from typing import Any
 from app.commands.base import open_engine
 from app.demo import seed_demo
 from app.metrics import MetricsAddress, MetricsExporter
-from app.progress import report_progress, summary_line
+from app.progress import FINAL_VIEW, report_progress, summary_line
 from app.session import Context, on_signals
 from app.wiring import build_store
 from engine import ConfigError, Engine, OmniPostError, Pattern, ProviderHealth, masked_url
@@ -80,7 +80,7 @@ async def worker(ctx: Context, run: WorkerRun) -> int:
             waits.append(asyncio.ensure_future(asyncio.sleep(run.duration_s)))
         await _run_until(engine, waits, quiet=run.quiet)
         await engine.stop()
-        snap = await engine.snapshot()
+        snap = await engine.snapshot(view=FINAL_VIEW)
     print(summary_line(snap, time.monotonic() - start))
     if engine.failure:
         print(f"omnipost: the worker stopped: {engine.failure}", file=sys.stderr)
@@ -143,7 +143,7 @@ async def simulate(ctx: Context, burst: Burst) -> int:
         if sim.done() and not sim.cancelled() and sim.exception() is not None:
             raise sim.exception()  # type: ignore[misc]
         await engine.stop()
-        snap = await engine.snapshot()
+        snap = await engine.snapshot(view=FINAL_VIEW)
     print(summary_line(snap, time.monotonic() - start))
     return 1 if engine.failure else 0
 

@@ -46,10 +46,11 @@ _IDS_PER_QUERY = 100  # tenants probed per UNION ALL (SQLite allows 500 terms in
 class QueueOverview:
     """The whole queue in a few figures: notifications per state over every tenant, how many
     tenants have queued work, the deepest ``len(deepest)`` of them as (tenant id, queued),
-    deepest first, and when the oldest queued notification of any tenant was enqueued."""
+    deepest first, and when the oldest queued notification of any tenant was enqueued. From
+    ``totals`` alone: the first figure only (``tenants_queued`` None, nothing else)."""
 
     totals: dict[NotificationState, int]
-    tenants_queued: int
+    tenants_queued: int | None
     deepest: tuple[tuple[int, int], ...]
     oldest_enqueued_at: float | None
 
@@ -85,6 +86,15 @@ class GlanceReads:
 
         return await self._db.read(tx)
 
+    async def totals(self) -> QueueOverview:
+        """Notifications per state over every tenant: one sum per state over ``queue_counts``
+        inside the database, nothing read per tenant."""
+
+        async def tx(conn: AsyncConnection) -> QueueOverview:
+            return QueueOverview(await _per_state(conn), None, (), None)
+
+        return await self._db.read(tx)
+
     async def overview(self, deepest: int) -> QueueOverview:
         """Totals per state, the ``deepest`` tenants with the most queued and the oldest queued
         notification. The database scans ``queue_counts`` (rows per tenant, provider, state
@@ -92,8 +102,7 @@ class GlanceReads:
         tenant with queued work; a handful of rows come back."""
 
         async def tx(conn: AsyncConnection) -> QueueOverview:
-            summed = sa.select(C.c.state, sa.func.sum(C.c.n)).group_by(C.c.state)
-            totals = {NotificationState(r[0]): int(r[1]) for r in await conn.execute(summed)}
+            totals = await _per_state(conn)
             per_tenant = (
                 sa.select(C.c.tenant_id, sa.func.sum(C.c.n).label("queued"))
                 .where(C.c.state == _QUEUED)
@@ -121,7 +130,7 @@ class GlanceReads:
             oldest = sa.select(N.c.enqueued_at).where(N.c.id == oldest_id)
             at = (await conn.execute(oldest)).scalar()
             return QueueOverview(
-                {s: totals.get(s, 0) for s in NotificationState},
+                totals,
                 tenants_queued,
                 rows,
                 None if at is None else float(at),
@@ -202,6 +211,12 @@ class GlanceReads:
             finished_at=row.finished_at,
             last_error=row.last_error,
         )
+
+
+async def _per_state(conn: AsyncConnection) -> dict[NotificationState, int]:
+    summed = sa.select(C.c.state, sa.func.sum(C.c.n)).group_by(C.c.state)
+    totals = {NotificationState(r[0]): int(r[1]) for r in await conn.execute(summed)}
+    return {s: totals.get(s, 0) for s in NotificationState}
 
 
 async def _oldest(conn: AsyncConnection, tenant_ids: Sequence[int]) -> dict[int, float]:

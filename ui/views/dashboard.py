@@ -300,9 +300,10 @@ class Dashboard(QWidget):
         totals = snap.queue or QueueTotals()
         queued, dead = totals.queued, totals.dead
         oldest = totals.oldest_queued_age_s or 0.0
+        having = totals.tenants_queued
         self.queues_heading.setText(
-            f"Deepest queues — {fmt_count(totals.tenants_queued)} tenants have work"
-            if totals.tenants_queued > len(snap.deepest)
+            f"Deepest queues — {fmt_count(having)} tenants have work"
+            if having is not None and having > len(snap.deepest)
             else "Deepest queues"
         )
         rates = self.bridge.rates
