@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import functools
 import logging
 import sys
 from collections.abc import Coroutine, Sequence
@@ -20,7 +21,7 @@ from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication
 
 from app.demo import DEMO_TENANTS, seed_demo
-from app.metrics import MetricsAddress, MetricsExporter, metrics_address
+from app.metrics import METRICS_VIEW, MetricsAddress, MetricsExporter, metrics_address
 from app.session import Context, actor, on_signals, store_url
 from app.wiring import build_engine, build_store
 from engine import Pattern
@@ -94,7 +95,7 @@ async def run_console(
         closed = asyncio.Event()
         window.closing.connect(closed.set)
         app.aboutToQuit.connect(closed.set)
-        async with exporter.following(engine.snapshot):
+        async with exporter.following(functools.partial(engine.snapshot, view=METRICS_VIEW)):
             with on_signals(closed.set):  # Ctrl+C in the terminal closes cleanly too
                 window.show()
                 bridge.start_sampling()

@@ -1,9 +1,12 @@
 """A Prometheus endpoint: ``omnipost worker --metrics-port PORT`` (and the console).
 
-The figures are the engine's ``Snapshot``, taken on the event loop about once a second and
-kept whole; the HTTP server, on its own thread (``prometheus_client.start_http_server``),
-turns the latest one into metric families on each scrape. So a scrape never touches the loop,
-the store or the limiter, and a slow or frequent scraper costs the engine nothing.
+The figures are the engine's ``Snapshot`` through ``METRICS_VIEW``, taken on the event loop
+about once a second and kept whole: a cost that does not grow with the tenants (the queue's
+totals per state, the deepest tenants' queues and the buckets that sent lately, not every
+tenant's and every bucket's); the HTTP server, on its own thread
+(``prometheus_client.start_http_server``), turns the latest one into metric families on each
+scrape. So a scrape never touches the loop, the store or the limiter, and a slow or frequent
+scraper costs the engine nothing.
 
 Everything is on a registry of its own, holding this one collector: no process or platform
 collectors, whose figures (CPU, memory, file descriptors) node_exporter or the service
@@ -35,10 +38,11 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
-from engine import CircuitState, ConfigError, EngineState, OmniPostError, Snapshot
+from engine import CircuitState, ConfigError, EngineState, OmniPostError, Snapshot, SnapshotView
 
 __all__ = [
     "DEFAULT_HOST",
+    "METRICS_VIEW",
     "PORT_ENV",
     "MetricsAddress",
     "MetricsExporter",
@@ -55,6 +59,10 @@ PORT_ENV = "OMNIPOST_METRICS_PORT"
 _REFRESH_S = 1.0
 
 SnapshotSource = Callable[[], Awaitable[Snapshot]]
+
+# What a scrape shows: the store-wide totals per state (read every 5 s), the 20 deepest
+# tenants' queues, and the emptiest and busiest 16 buckets among those taken from lately.
+METRICS_VIEW = SnapshotView(emptiest=16, busiest=16, matched=0, deepest=20, totals_every_s=5.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,10 +162,20 @@ def _outcomes(snap: Snapshot) -> Iterator[Metric]:
 
 
 def _queue(snap: Snapshot) -> Iterator[Metric]:
+    if snap.queue is not None:
+        totals = GaugeMetricFamily(
+            "omnipost_queue_notifications",
+            "Notifications in the store per state, every tenant's (the same store-wide figure "
+            "from every worker).",
+            labels=["state"],
+        )
+        for state in _DEPTH_STATES:
+            totals.add_metric([state], getattr(snap.queue, state))
+        yield totals
     depth = GaugeMetricFamily(
         "omnipost_queue_depth",
-        "Notifications in the store per tenant and state (the same store-wide figure from "
-        "every worker).",
+        "Notifications in the store per state, of the tenants with the most queued (the same "
+        "store-wide figure from every worker).",
         labels=["tenant", "state"],
     )
     oldest = GaugeMetricFamily(

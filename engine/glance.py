@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -113,15 +112,15 @@ class Glance:
     was read, the name filter's matches, the tenant ids by name, last time's emptiest."""
 
     def __init__(self) -> None:
-        self._overview: QueueOverview | None = None
-        self._overview_key: tuple[float, int] = (-math.inf, -1)  # (monotonic s, deepest)
+        # Per number of deepest tenants asked for (views of a console, of the metrics and of
+        # a progress line may share an engine): (monotonic s, unix s) read, the overview.
+        self._overviews: dict[int, tuple[float, float, QueueOverview]] = {}
         self._index_src: Mapping[BucketKey, Limit] | None = None
         self._index: list[tuple[str, BucketKey]] = []
         self._matches: tuple[str, list[BucketKey], int] = ("", [], 0)
         self._ids_src: Mapping[int, TenantRecord] | None = None
         self._ids: dict[str, int] = {}
         self._low: tuple[BucketKey, ...] = ()
-        self._overview_wall = 0.0  # unix s of the last overview
 
     async def read(
         self,
@@ -139,7 +138,7 @@ class Glance:
         """Read what ``view`` shows (see the module's docstring) with the configuration
         ``limits``, ``tenants`` (by id) and ``providers`` (names); ``now`` is monotonic s,
         ``wall`` unix s."""
-        overview = await self._overview_at(store, view, now, wall)
+        overview, overview_wall = await self._overview_at(store, view, now, wall)
         ids = self._tenant_ids(tenants)
         named = [ids[name] for name in view.tenants if name in ids]
         deep_ids = [t for t, _n in overview.deepest]
@@ -170,25 +169,24 @@ class Glance:
             tenant_names=names,
             levels=tuple(lv for lv in levels if lv.key in shown),
             picks=picks,
-            queue=_totals(overview, wall, self._overview_wall),
+            queue=_totals(overview, wall, overview_wall),
             deepest=deepest,
         )
 
     async def _overview_at(
         self, store: Store, view: SnapshotView, now: float, wall: float
-    ) -> QueueOverview:
-        """The last overview, read again when ``view.totals_every_s`` have passed or the
-        view wants another number of deepest tenants."""
-        read_at, deepest = self._overview_key
-        stale = now - read_at >= view.totals_every_s or deepest != view.deepest
-        if self._overview is None or stale:
-            glance = store.glance
-            self._overview = await (
-                glance.overview(view.deepest) if view.deepest else glance.totals()
-            )
-            self._overview_key = (now, view.deepest)
-            self._overview_wall = wall
-        return self._overview
+    ) -> tuple[QueueOverview, float]:
+        """The last overview with ``view.deepest`` tenants and when it was read (unix s), read
+        again when ``view.totals_every_s`` have passed."""
+        kept = self._overviews.get(view.deepest)
+        if kept is not None and now - kept[0] < view.totals_every_s:
+            return kept[2], kept[1]
+        glance = store.glance
+        overview = await (glance.overview(view.deepest) if view.deepest else glance.totals())
+        if len(self._overviews) >= 8:  # a console whose view changed many times
+            self._overviews.clear()
+        self._overviews[view.deepest] = (now, wall, overview)
+        return overview, wall
 
     def _tenant_ids(self, tenants: Mapping[int, TenantRecord]) -> dict[str, int]:
         if tenants is not self._ids_src:

@@ -40,6 +40,7 @@ from engine import (
     LocalLimiter,
     Outcome,
     ProviderHealth,
+    QueueTotals,
     SecretBox,
     Snapshot,
     Store,
@@ -125,6 +126,7 @@ def known_snapshot(ts: float = 1_000.0) -> Snapshot:
         ),
         send_durations=(Histogram("sms", (0.1, 1.0), (5, 9), 10, 4.5),),
         delivery_latencies=(Histogram("sms", (1.0,), (2,), 3, 7.0),),
+        queue=QueueTotals(queued=7, leased=2, delivered=43, dead=1, tenants_queued=None),
     )
 
 
@@ -142,6 +144,8 @@ EXPECTED: list[tuple[str, frozenset[tuple[str, str]], float]] = [
     ("omnipost_lease_takeovers_total", labels(), 4),
     ("omnipost_leases_reaped_total", labels(), 5),
     ("omnipost_stale_tokens_total", labels(), 6),
+    ("omnipost_queue_notifications", labels(state="queued"), 7),
+    ("omnipost_queue_notifications", labels(state="delivered"), 43),
     ("omnipost_queue_depth", labels(tenant="acme", state="queued"), 7),
     ("omnipost_queue_depth", labels(tenant="acme", state="leased"), 2),
     ("omnipost_queue_depth", labels(tenant="acme", state="delivered"), 40),
@@ -177,6 +181,7 @@ EXPECTED: list[tuple[str, frozenset[tuple[str, str]], float]] = [
 TYPES = {
     "omnipost_notifications_delivered": "counter",
     "omnipost_lease_takeovers": "counter",
+    "omnipost_queue_notifications": "gauge",
     "omnipost_queue_depth": "gauge",
     "omnipost_send_duration_seconds": "histogram",
     "omnipost_delivery_latency_seconds": "histogram",

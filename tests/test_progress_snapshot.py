@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from app.metrics import METRICS_VIEW
 from app.progress import FINAL_VIEW, summary_line
 from engine import BRIEF_VIEW, BucketKey, Engine, Store
 from engine.glance import RECENT_PAIRS
@@ -62,3 +63,19 @@ async def test_a_progress_lines_snapshot_costs_the_same_at_100_and_10000_tenants
 def test_the_last_line_reads_the_totals_afresh() -> None:
     assert dataclasses.replace(BRIEF_VIEW, totals_every_s=0.0) == FINAL_VIEW
     assert BRIEF_VIEW.deepest == 0 and not BRIEF_VIEW.tenants and not BRIEF_VIEW.buckets
+
+
+async def test_a_metrics_snapshot_costs_the_same_at_100_and_10000_tenants(
+    sized: dict[int, tuple[Engine, CountingLimiter]],
+) -> None:
+    """The view behind a scrape: the totals, the 20 deepest tenants, 32 buckets."""
+    fresh = dataclasses.replace(METRICS_VIEW, totals_every_s=0.0)
+    statements: dict[int, int] = {}
+    for n, (engine, _limiter) in sized.items():
+        counter = Statements(engine.store)
+        snap = await engine.snapshot(view=fresh)
+        statements[n] = counter.count
+        assert snap.queue is not None and snap.queue.queued == n * 2
+        assert len(snap.depth) == METRICS_VIEW.deepest
+    assert statements[10_000] == statements[100], statements
+

@@ -4,6 +4,7 @@ its work is done, its time is up, or SIGINT/SIGTERM, then stops the engine clean
 from __future__ import annotations
 
 import asyncio
+import functools
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -12,7 +13,7 @@ from typing import Any
 
 from app.commands.base import open_engine
 from app.demo import seed_demo
-from app.metrics import MetricsAddress, MetricsExporter
+from app.metrics import METRICS_VIEW, MetricsAddress, MetricsExporter
 from app.progress import FINAL_VIEW, report_progress, summary_line
 from app.session import Context, on_signals
 from app.wiring import build_store
@@ -62,7 +63,7 @@ async def worker(ctx: Context, run: WorkerRun) -> int:
             prefetch=run.prefetch,
             redis_url=run.redis_url,
         ) as engine,
-        metrics.following(engine.snapshot),
+        metrics.following(functools.partial(engine.snapshot, view=METRICS_VIEW)),
     ):
         await engine.start()
         if not run.quiet:
