@@ -78,6 +78,8 @@ class Dispatcher:
         self._work = WorkQueue(clock)  # leases waiting for a sender, as parcels
         self._wake = asyncio.Event()
         self._book = DueBook(DUE_CAP)  # the keys with work: where each one stands
+        # Per provider: the share of what its keys asked for that their buckets granted lately.
+        self._granted_share: dict[int, float] = {}
         self._due_stale = True  # look at the kept counts in the next round
         self._refreshed_at = -1e9
         self._look_s = 0.0  # how long the last look at the counts took
@@ -276,13 +278,14 @@ class Dispatcher:
         many it leased. Each key then goes to the back of the line, waits for its own
         buckets, or (drained) is looked at alone; a provider's bucket that ran dry holds the
         whole line. ``probing``: the provider's circuit probe is due: one lease, alone."""
-        asks = self._gather(line, probing=probing)
+        asks, room = self._gather(line, probing=probing)
         if not asks:  # no route, or no room
             return 0, 0
         reserved_at = self._clock.monotonic()
         reservations = await self._limiter.reserve_many([(r.buckets, n) for _k, r, n in asks])
-        granted = [i for i, got in enumerate(reservations) if got.granted > 0]
         provider_id = asks[0][0][1]
+        kept = await self._within_room(provider_id, asks, reservations, room)
+        granted = [i for i, got in enumerate(reservations) if got.granted > 0]
         if probing and granted and not await self.circuits.take_probe(provider_id):
             await self._limiter.refund(reservations[0], reservations[0].granted)
             self._book.served(asks[0][0], 0, drained=False)  # another worker probes it
@@ -298,6 +301,8 @@ class Dispatcher:
         provider_held = False
         for i, (key, route, asked) in enumerate(asks):  # in line order: the book's turn
             reservation = reservations[i]
+            if i >= kept:  # no room left for it this time: it keeps its place, first in line
+                continue
             if reservation.granted == 0:
                 if not provider_held:  # behind a provider found empty: not its turn yet
                     provider_held = self._book.hold(
@@ -311,17 +316,53 @@ class Dispatcher:
             total += len(got)
         return len(asks), total
 
-    def _gather(self, line: collections.deque[Key], *, probing: bool) -> list[Ask]:
-        """The first keys of ``line`` to serve together and how many to ask for each: as many
-        as their counts say, within the room the senders leave, at most ``_KEYS_PER_CLAIM``,
-        all paced or none. Paced keys without room keep their places (first served once the
-        senders free up) while keys no limit paces behind them, within the same window, may
-        go; none with room: nothing, and the line waits for a send to end (visiting every
-        key of a long line in turn to find it full would cost a round per key)."""
+    async def _within_room(
+        self, provider_id: int, asks: list[Ask], reservations: list[Reservation], room: int
+    ) -> int:
+        """Grants past ``room`` (asks are made for more than the room when their buckets
+        tend to grant less than asked) go back to their buckets, the last keys' first;
+        ``asks`` and ``reservations`` are cut to match. Returns how many of the keys got a
+        turn (those after it had no room left: they keep their places). Learns how much of
+        what the provider's keys ask for their buckets grant."""
+        asked = granted = 0
+        for i, got in enumerate(reservations):
+            asked += asks[i][2]
+            granted += got.granted
+        share = self._granted_share.get(provider_id, 1.0)
+        self._granted_share[provider_id] = share + 0.3 * (granted / asked - share)
+        if granted <= room:
+            return len(asks)
+        refunds: list[tuple[Reservation, int]] = []
+        kept = len(asks)
+        for i, got in enumerate(reservations):
+            if room >= got.granted:
+                room -= got.granted
+                continue
+            refunds.append((got, got.granted - room))
+            if room == 0 and kept == len(asks):
+                kept = i
+            key, route, _asked = asks[i]
+            asks[i] = (key, route, room)  # all it may have: not held short by its buckets
+            reservations[i] = Reservation(got.keys, room)
+            room = 0
+        await self._limiter.refund_many(refunds)
+        return kept
+
+    def _gather(self, line: collections.deque[Key], *, probing: bool) -> tuple[list[Ask], int]:
+        """The first keys of ``line`` to serve together, how many to ask for each, and the
+        room the senders leave for them: each asks as many as its count says, within that
+        room, at most ``_KEYS_PER_CLAIM`` keys, all paced or none, until what their buckets
+        are expected to grant (the share they granted lately) fills the room. Paced keys
+        without room keep their places (first served once the senders free up) while keys no
+        limit paces behind them, within the same window, may go; none with room: nothing, and
+        the line waits for a send to end (visiting every key of a long line in turn to find
+        it full would cost a round per key)."""
         book, settings = self._book, self.settings
         asks: list[Ask] = []
         dropped: list[Key] = []
-        used = 0
+        expected = 0.0
+        room = 0
+        share = 1.0
         for key in itertools.islice(line, 1 if probing else _KEYS_PER_CLAIM):
             route = self._dir.route(key)
             if route is None:
@@ -329,22 +370,26 @@ class Dispatcher:
                 continue
             if asks and route.paced is not asks[0][1].paced:
                 break  # paced keys' leases go before the others': not in one claim with them
-            room = self._work.room(settings, self.concurrency, paced=route.paced, per=route.per)
-            room -= used
-            if room <= 0:
-                if asks:
+            if not asks:
+                room = self._work.room(
+                    settings, self.concurrency, paced=route.paced, per=route.per
+                )
+                if room <= 0:
+                    self._senders.starved = True  # a send that ends wakes the loop
+                    if route.paced:
+                        continue  # it keeps its place; a key further on may be unpaced
                     break
-                self._senders.starved = True  # a send that ends wakes the loop
-                if route.paced:
-                    continue  # it keeps its place; a key further on may be one no limit paces
-                break
+                share = self._granted_share.get(key[1], 1.0)
+                share = share if share > 1 / _KEYS_PER_CLAIM else 1 / _KEYS_PER_CLAIM
             due = book.due[key]
             asked = 1 if probing else (room if room < due else due)
             asks.append((key, route, asked))
-            used += asked
+            expected += asked * share
+            if expected >= room:
+                break
         for key in dropped:
             book.drop(key)
-        return asks
+        return asks, room
 
     async def _settle(
         self,

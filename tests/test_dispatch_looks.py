@@ -182,3 +182,45 @@ async def test_visits_that_lease_nothing_are_bounded_by_the_rounds_not_by_the_ke
     assert empty <= rounds, (empty, rounds)  # at most one empty visit a round, not one a key
     # Four senders take at most four sends a claim; the claims are bounded by the sends.
     assert claims <= dispatcher.delivered, (claims, dispatcher.delivered)
+
+
+async def test_keys_held_by_their_own_buckets_share_a_claim(
+    store: Store, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """100 tenants at 20/s (burst 2), deep backlogs: the tenants' buckets, not the senders,
+    hold the pace, and each key's bucket grants a token or two at a time. A claim asks many
+    keys for what the senders can take (their buckets have granted a small share of what was
+    asked lately) and gives back what overshoots, so a claim leases for several keys instead
+    of one key's token or two."""
+    engines = VirtualEngines(store, clock, {"lat": latency_kind(clock, 0.005)})
+    settings = EngineSettings(dispatch=DispatcherSettings(concurrency=32, poll_s=60.0))
+    engine = await engines.open(settings)
+    tenants = [f"t{i:03d}" for i in range(100)]
+    await engine.import_tenants([TenantSpec(name, Limit(20.0, 2.0)) for name in tenants])
+    await engine.add_provider("sim", "lat")
+    for name in tenants:
+        items: list[tuple[str, str, dict[str, Any], str | None, int]] = [
+            ("sim", f"{name}@example.com", {}, f"{name}-{j}", 0) for j in range(40)
+        ]
+        await engine.enqueue_many(name, items)
+    dispatcher = engine.dispatcher
+    claims = 0
+    real_claim = store.queue.claim_many
+
+    async def claim_many(asks: Any, **kwargs: Any) -> Any:
+        nonlocal claims
+        claims += 1
+        return await real_claim(asks, **kwargs)
+
+    monkeypatch.setattr(store.queue, "claim_many", claim_many)
+    try:
+        await engine.start()
+        started = clock.monotonic()
+        await until(clock, lambda: dispatcher.delivered >= 3000, what="3,000 delivered")
+        took_s = clock.monotonic() - started
+        await engine.stop()
+    finally:
+        await engines.close()
+    assert dispatcher.delivered <= 100 * (2 + 20 * took_s) + 100  # within every envelope
+    assert took_s < 3000 / 2000 * 1.15, took_s  # near the tenants' 2,000/s
+    assert claims * 4 <= dispatcher.delivered, (claims, dispatcher.delivered)
