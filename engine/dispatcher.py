@@ -371,9 +371,7 @@ class Dispatcher:
             if asks and route.paced is not asks[0][1].paced:
                 break  # paced keys' leases go before the others': not in one claim with them
             if not asks:
-                room = self._work.room(
-                    settings, self.concurrency, paced=route.paced, per=route.per
-                )
+                room = self._work.room(settings, self.concurrency, paced=route.paced, per=route.per)
                 if room <= 0:
                     self._senders.starved = True  # a send that ends wakes the loop
                     if route.paced:

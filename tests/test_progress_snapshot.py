@@ -78,4 +78,3 @@ async def test_a_metrics_snapshot_costs_the_same_at_100_and_10000_tenants(
         assert snap.queue is not None and snap.queue.queued == n * 2
         assert len(snap.depth) == METRICS_VIEW.deepest
     assert statements[10_000] == statements[100], statements
-
