@@ -8,8 +8,8 @@ __all__ = ["tenants"]
 
 
 def tenants(d: Data) -> Context:
-    """Rows: store, limiter, tenants, steady rate, allowed, ratio, CPU ms per delivered,
-    delivered of the backlog."""
+    """Rows: store, limiter, tenants, steady rate, allowed, ratio (the range of the repeats),
+    CPU ms per delivered (likewise), the worker's peak RSS, delivered of the backlog."""
     rows = [
         [
             STORES.get(r["store"], r["store"]),
@@ -17,10 +17,16 @@ def tenants(d: Data) -> Context:
             n(r["tenants"]),
             n(r["steady_per_s"]),
             n(r["allowed_per_s"]),
-            f"{r['ratio']:.2f}",
-            f"{r['cpu_ms_per_delivered']:.2f}",
+            _spread(r.get("ratios", [r["ratio"]])),
+            _spread(r.get("cpu_ms", [r["cpu_ms_per_delivered"]])),
+            f"{r['rss_mb']:.0f}" if "rss_mb" in r else "-",
             f"{n(r['delivered'])} of {n(r['backlog'])}",
         ]
         for r in d["runs"]
     ]
     return {**d, "rows": rows}
+
+
+def _spread(values: list[float]) -> str:
+    low, high = min(values), max(values)
+    return f"{low:.2f}" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}-{high:.2f}"

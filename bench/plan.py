@@ -14,9 +14,13 @@ size: wall time (``time.perf_counter``) and CPU time (``time.process_time``) of 
 seeded), predicted drain over the median wall time, notifications planned per second, and the
 process's peak RSS so far. The 1-minute load average at start and end shows how busy the
 machine was. ``meets_target`` and ``meets_100x`` judge the 100,000 size only (null otherwise).
-``--quick`` plans 2,000 and 10,000 once, to check the script. Prints JSON. Usage::
+``--quick`` plans 2,000 and 10,000 once, to check the script. ``--tenants N`` spreads the
+same traffic over N tenants instead of 19 (their rates 2, 3, ..., 20 again, in turn): the
+planner's cost per send at many tenants, against the 19 of the usual scenario. Prints JSON.
+Usage::
 
-    .venv/bin/python bench/plan.py [--count 100000] [--repeat 3] [--quick] [--out FILE]
+    .venv/bin/python bench/plan.py [--count 100000] [--repeat 3] [--tenants 19] [--quick]
+        [--out FILE]
 """
 
 from __future__ import annotations
@@ -47,11 +51,13 @@ PROVIDER_OPTIONS = {"latency_ms": "20", "latency_jitter_ms": "10"}
 CONCURRENCY = 16
 
 
-def scenario() -> PlanSetup:
-    """The 20 buckets, the simulated provider and the engine's default settings."""
+def scenario(tenant_count: int = len(TENANT_RATES)) -> PlanSetup:
+    """The 20 buckets (or ``tenant_count`` tenants' and the provider's), the simulated
+    provider and the engine's default settings."""
+    rates = TENANT_RATES
     tenants = tuple(
-        TenantRecord(i + 1, f"t{i + 1:02d}", Limit(rate, TENANT_BURST), True)
-        for i, rate in enumerate(TENANT_RATES)
+        TenantRecord(i + 1, f"t{i + 1:05d}", Limit(rates[i % len(rates)], TENANT_BURST), True)
+        for i in range(tenant_count)
     )
     provider = ProviderRecord(1, "sim", "simulated", PROVIDER, dict(PROVIDER_OPTIONS), ())
     settings = EngineSettings()
@@ -147,9 +153,12 @@ def main() -> None:
     p.add_argument("--count", type=int, help=f"the larger size (default {TARGET_COUNT:,})")
     p.add_argument("--repeat", type=int, help="plans per size (default 3)")
     p.add_argument("--quick", action="store_true", help="2,000 and 10,000, once each")
+    p.add_argument("--tenants", type=int, default=len(TENANT_RATES), help="default 19")
     args = p.parse_args()
+    if args.tenants < 1:
+        raise SystemExit(f"--tenants must be at least 1, not {args.tenants}.")
     sizes, repeat = sizes_and_repeat(args.count, args.repeat, args.quick)
-    setup = scenario()
+    setup = scenario(args.tenants)
     load_start = os.getloadavg()[0]
     runs = [measure(setup, count, repeat) for count in sizes]
     load_end = os.getloadavg()[0]
@@ -158,7 +167,7 @@ def main() -> None:
         "bench": "plan",
         "scenario": {
             "buckets": len(setup.tenants) + len(setup.providers),
-            "tenants": {"count": len(TENANT_RATES), "rates_per_s": "2, 3, ..., 20"},
+            "tenants": {"count": len(setup.tenants), "rates_per_s": "2, 3, ..., 20"},
             "tenant_burst": TENANT_BURST,
             "provider": {
                 "rate_per_s": PROVIDER.rate_per_s,

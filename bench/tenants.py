@@ -10,7 +10,7 @@ notification (its rusage). The tenants and the backlog are written before the wo
 (not timed).
 
     .venv/bin/python bench/tenants.py [--tenants 10,100,1000,10000] [--stores sqlite,postgres]
-        [--limiter local,redis] [--duration 16] [--quiet] [--out FILE]
+        [--limiter local,redis] [--duration 16] [--quiet] [--repeat 1] [--out FILE]
 """
 
 from __future__ import annotations
@@ -104,7 +104,11 @@ def run_worker(
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"the worker failed:\n{output}")
     lines = sum(1 for line in output.splitlines() if line.startswith("[") and "delivered" in line)
-    return {"cpu_s": usage.ru_utime + usage.ru_stime, "progress_lines": lines}
+    return {
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "progress_lines": lines,
+        "rss_mb": usage.ru_maxrss / 1024,  # kB on Linux
+    }
 
 
 async def delivered_ts(url: str) -> list[float]:
@@ -130,14 +134,21 @@ def steady_rate(ts: Sequence[float]) -> float:
 
 
 async def one_run(
-    store_kind: str, tenants: int, limiter: str, duration_s: float, tmp: Path, *, quiet: bool
+    store_kind: str,
+    tenants: int,
+    limiter: str,
+    duration_s: float,
+    tmp: Path,
+    *,
+    quiet: bool,
+    repeat: int = 0,
 ) -> dict[str, Any]:
     key = SecretBox.generate_key()
     redis_url = REDIS if limiter == "redis" else None
     if redis_url:
         await _flush_redis(redis_url)
     if store_kind == "sqlite":
-        url = f"sqlite:///{tmp / f'tenants-{tenants}-{limiter}.db'}"
+        url = f"sqlite:///{tmp / f'tenants-{tenants}-{limiter}-{repeat}.db'}"
         return await _measure(url, key, tenants, redis_url, duration_s, quiet=quiet)
     async with fresh_pg(f"tenants{tenants}") as url:
         return await _measure(url, key, tenants, redis_url, duration_s, quiet=quiet)
@@ -161,6 +172,7 @@ async def _measure(
         "ratio": round(rate / allowed, 3),
         "cpu_ms_per_delivered": round(worker["cpu_s"] * 1000 / max(len(ts), 1), 3),
         "progress_lines": worker["progress_lines"],
+        "rss_mb": round(worker["rss_mb"], 1),
     }
 
 
@@ -180,16 +192,19 @@ async def main(args: Any) -> dict[str, Any]:
     stores = args.stores.split(",")
     if "postgres" in stores and not await pg_reachable():
         raise SystemExit("bench/tenants.py --stores postgres needs PostgreSQL")
-    runs: list[dict[str, Any]] = []
+    each: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="omnipost-tenants-") as tmp:
-        for limiter in args.limiter.split(","):
-            for store_kind in stores:
-                for n in counts:
-                    run = await one_run(
-                        store_kind, n, limiter, args.duration, Path(tmp), quiet=args.quiet
-                    )
-                    runs.append({"store": store_kind, "limiter": limiter, "tenants": n, **run})
-                    print(runs[-1], file=sys.stderr)
+        for repeat in range(args.repeat):  # outermost: the repeats of a size are spread in time
+            for limiter in args.limiter.split(","):
+                for store_kind in stores:
+                    for n in counts:
+                        run = await one_run(
+                            *(store_kind, n, limiter, args.duration, Path(tmp)),
+                            quiet=args.quiet,
+                            repeat=repeat,
+                        )
+                        each.append({"store": store_kind, "limiter": limiter, "tenants": n, **run})
+                        print(each[-1], file=sys.stderr)
     return {
         "benchmark": "tenants",
         "duration_s": args.duration,
@@ -201,8 +216,29 @@ async def main(args: Any) -> dict[str, Any]:
             "burst": PROVIDER_LIMIT.burst,
         },
         "concurrency": CONCURRENCY,
-        "runs": runs,
+        "repeat": args.repeat,
+        "runs": summed_runs(each),
     }
+
+
+def summed_runs(each: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (store, limiter, tenants): the median repeat's figures (by ratio), with
+    every repeat's ratio and CPU per delivery, and the largest RSS."""
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    for run in each:
+        groups.setdefault((run["store"], run["limiter"], run["tenants"]), []).append(run)
+    rows = []
+    for runs in groups.values():
+        ranked = sorted(runs, key=lambda r: r["ratio"])
+        rows.append(
+            {
+                **ranked[len(ranked) // 2],
+                "ratios": [r["ratio"] for r in runs],
+                "cpu_ms": [r["cpu_ms_per_delivered"] for r in runs],
+                "rss_mb": max(r["rss_mb"] for r in runs),
+            }
+        )
+    return rows
 
 
 if __name__ == "__main__":
@@ -212,6 +248,7 @@ if __name__ == "__main__":
     p.add_argument("--limiter", default="local,redis")
     p.add_argument("--duration", type=float, default=16.0)
     p.add_argument("--quiet", action="store_true", help="the worker prints no progress lines")
+    p.add_argument("--repeat", type=int, default=1, help="runs of each size (ranges quoted)")
     cli = p.parse_args()
     log_level_warning()
     emit(asyncio.run(main(cli)), cli.out)

@@ -44,7 +44,7 @@ __all__ = ["Dispatcher", "DispatcherSettings"]
 
 log = logging.getLogger(__name__)
 
-_KEYS_PER_CLAIM = 64  # keys of one provider's line served by one claim
+_KEYS_PER_CLAIM = 32  # keys of one provider's line served by one claim
 _PROBES_PER_ROUND = 500  # keys whose count ran out, looked at alone in one round
 
 
