@@ -93,16 +93,15 @@ class Directory:
             self._routes = {}
 
     async def _apply_limits(self, wanted: dict[BucketKey, Limit]) -> None:
-        changed = False
-        for key in self.limits.keys() - wanted.keys():
-            await self.limiter.configure(key, None)
-            changed = True
-        for key, limit in wanted.items():
-            if self.limits.get(key) != limit:
-                await self.limiter.configure(key, limit)
-                changed = True
+        """The limits that went or changed, to the limiter in one batch."""
+        changes: list[tuple[BucketKey, Limit | None]] = [
+            (key, None) for key in self.limits.keys() - wanted.keys()
+        ]
+        changes += [(k, limit) for k, limit in wanted.items() if self.limits.get(k) != limit]
+        if changes:
+            await self.limiter.configure_many(changes)
         self.limits = wanted
-        self.limits_version += changed
+        self.limits_version += bool(changes)
 
     async def _rebuild(self, providers: list[ProviderRecord]) -> None:
         fresh = {p.id: p for p in providers}

@@ -28,7 +28,7 @@ from engine.clock import Clock
 from engine.completer import Completer
 from engine.directory import Directory, Route
 from engine.dispatch_settings import DispatcherSettings
-from engine.domain import NotificationState
+from engine.domain import BucketScope, NotificationState
 from engine.due import DueBook
 from engine.errors import OmniPostError, SecretUnreadable
 from engine.limiter import Limiter, Reservation
@@ -296,7 +296,11 @@ class Dispatcher:
             lease_s=self.settings.lease_s,
             now=self._clock.wall(),
         )
-        by_ask = dict(zip(granted, claimed, strict=True))
+        retaken = await self._retake_many(
+            [(reservations[i], rows) for i, rows in zip(granted, claimed, strict=True)],
+            reserved_at,
+        )
+        by_ask = dict(zip(granted, zip(claimed, retaken, strict=True), strict=True))
         total = 0
         provider_held = False
         for i, (key, route, asked) in enumerate(asks):  # in line order: the book's turn
@@ -309,7 +313,8 @@ class Dispatcher:
                         key, reservation, self._clock.monotonic(), self.settings.poll_s
                     )
                 continue
-            got, held = await self._settle(key, route, asked, reservation, by_ask[i], reserved_at)
+            rows, (got, taken_at) = by_ask[i]
+            held = self._settle(key, route, asked, reservation, len(rows), got, taken_at)
             provider_held |= held
             if probing:
                 await self.circuits.probing(provider_id, got)
@@ -324,12 +329,16 @@ class Dispatcher:
         ``asks`` and ``reservations`` are cut to match. Returns how many of the keys got a
         turn (those after it had no room left: they keep their places). Learns how much of
         what the provider's keys ask for their buckets grant."""
-        asked = granted = 0
+        asked = granted = total = 0
         for i, got in enumerate(reservations):
-            asked += asks[i][2]
-            granted += got.granted
-        share = self._granted_share.get(provider_id, 1.0)
-        self._granted_share[provider_id] = share + 0.3 * (granted / asked - share)
+            total += got.granted
+            if not any(b.scope is BucketScope.PROVIDER for b in got.held_by):
+                asked += asks[i][2]  # what the keys' own buckets granted, not the provider's
+                granted += got.granted
+        if asked:
+            share = self._granted_share.get(provider_id, 1.0)
+            self._granted_share[provider_id] = share + 0.3 * (granted / asked - share)
+        granted = total
         if granted <= room:
             return len(asks)
         refunds: list[tuple[Reservation, int]] = []
@@ -389,62 +398,62 @@ class Dispatcher:
             book.drop(key)
         return asks, room
 
-    async def _settle(
+    def _settle(
         self,
         key: Key,
         route: Route,
         asked: int,
         reservation: Reservation,
-        claimed: list[Leased],
-        reserved_at: float,
-    ) -> tuple[list[Leased], bool]:
-        """One key's claim after its reservation: its tokens taken again, its parcels handed
-        to the senders, its place in the book; returns the leases kept, and whether its
-        provider's bucket ran dry."""
-        if len(claimed) == reservation.granted and self._clock.monotonic() == reserved_at:
-            leased, taken_at = claimed, reserved_at  # ``_retake``'s answer, without its call
-        else:
-            leased, taken_at = await self._retake(reservation, claimed, reserved_at)
+        claimed: int,
+        leased: list[Leased],
+        taken_at: float,
+    ) -> bool:
+        """One key's claim after its reservation (``claimed`` rows, of which ``leased`` kept
+        their tokens, taken at ``taken_at``): its parcels handed to the senders, its place in
+        the book; returns whether its provider's bucket ran dry."""
         # Fewer rows than tokens: none is due now (a retake that fell short released rows
         # that are still due: the key waits for tokens instead).
-        drained = len(claimed) < reservation.granted
+        drained = claimed < reservation.granted
         self._book.served(key, len(leased), drained=drained)
         per, paced = route.per, route.paced
         for first in range(0, len(leased), per):  # a parcel of one (the most) is not sliced
             parcel = leased if len(leased) == 1 else leased[first : first + per]
             self._work.put(key, parcel, taken_at, paced=paced)
-        if not drained and (reservation.granted < asked or len(leased) < len(claimed)):
-            return leased, self._book.hold(
+        if not drained and (reservation.granted < asked or len(leased) < claimed):
+            return self._book.hold(
                 key, reservation, self._clock.monotonic(), self.settings.poll_s
             )  # its buckets ran dry
-        return leased, False
+        return False
 
-    def _hold(self, key: Key, reservation: Reservation) -> bool:
-        return self._book.hold(key, reservation, self._clock.monotonic(), self.settings.poll_s)
-
-    async def _retake(
-        self, reservation: Reservation, claimed: list[Leased], reserved_at: float
-    ) -> tuple[list[Leased], float]:
-        """Take the tokens again now that the leases are in hand; returns the leases that got
-        one (the others are released) and when those tokens were taken (at the earliest). The
-        first reservation only says how many to lease; the sends go out after the claim, and
-        claims take a varying time, so tokens debited before a slow claim would let its sends
-        bunch up with the next quick claim's and exceed the envelope. Debited here, the bucket
-        paces the sends themselves."""
+    async def _retake_many(
+        self, claims: list[tuple[Reservation, list[Leased]]], reserved_at: float
+    ) -> list[tuple[list[Leased], float]]:
+        """Take the tokens again now that the leases are in hand, for every key of a claim in
+        one call; returns per key the leases that got one (the others are released) and when
+        those tokens were taken (at the earliest). The first reservation only says how many
+        to lease; the sends go out after the claim, and claims take a varying time, so tokens
+        debited before a slow claim would let its sends bunch up with the next quick claim's
+        and exceed the envelope. Debited here, the bucket paces the sends themselves."""
         if self._clock.monotonic() == reserved_at:
             # No time passed (a store that answers at once, as the planner's): the tokens
             # taken are the ones a retake would take; only the unused ones go back.
-            if len(claimed) < reservation.granted:
-                await self._limiter.refund(reservation, reservation.granted - len(claimed))
-            return claimed, reserved_at
+            unused = [(got, got.granted - len(rows)) for got, rows in claims]
+            await self._limiter.refund_many([(got, n) for got, n in unused if n > 0])
+            return [(rows, reserved_at) for _got, rows in claims]
         taken_at = self._clock.monotonic()  # the earliest the tokens can be taken
-        if not claimed:
-            await self._limiter.refund(reservation, reservation.granted)
-            return claimed, taken_at
-        now = await self._limiter.retake(reservation, len(claimed))  # one step, one trip
-        if now.granted < len(claimed):  # another worker or a block took them meanwhile
-            await self._store.queue.release(self.owner, claimed[now.granted :])
-        return claimed[: now.granted], taken_at
+        # A key that leased nothing takes 0 again: its tokens go back, in the same call.
+        nows = await self._limiter.retake_many([(got, len(rows)) for got, rows in claims])
+        kept: list[tuple[list[Leased], float]] = []
+        released: list[Leased] = []
+        for (_got, rows), now in zip(claims, nows, strict=True):
+            if now.granted < len(rows):  # another worker or a block took them meanwhile
+                released += rows[now.granted :]
+                kept.append((rows[: now.granted], taken_at))
+            else:
+                kept.append((rows, taken_at))
+        if released:
+            await self._store.queue.release(self.owner, released)
+        return kept
 
     def _sleep(self, wait_s: float) -> Awaitable[bool]:
         """The clock's wait for a wake-up (returned, not awaited here: one layer less a round)."""

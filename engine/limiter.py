@@ -42,6 +42,12 @@ class Limiter(Protocol):
         """Set, change (live: brought up to date at the old rate first) or remove a limit."""
         ...
 
+    async def configure_many(self, limits: Sequence[tuple[BucketKey, Limit | None]]) -> None:
+        """``configure(key, limit)`` for each of ``limits`` in turn: a directory of ten
+        thousand tenants is configured at start-up in a few calls, not ten thousand (on Redis
+        a round trip for many at once)."""
+        ...
+
     async def reserve(self, keys: Sequence[BucketKey], n: int) -> Reservation:
         """Take up to ``n`` tokens from every configured bucket of ``keys``, all or nothing per
         token: the same number from each, and none from any unless all allow it."""

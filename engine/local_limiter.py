@@ -212,6 +212,11 @@ class LocalLimiter:
     async def configure(self, key: BucketKey, limit: Limit | None) -> None:
         self.configure_at(self._clock.monotonic(), key, limit)
 
+    async def configure_many(self, limits: Sequence[tuple[BucketKey, Limit | None]]) -> None:
+        now = self._clock.monotonic()
+        for key, limit in limits:
+            self.configure_at(now, key, limit)
+
     async def reserve(self, keys: Sequence[BucketKey], n: int) -> Reservation:
         return self.reserve_at(self._clock.monotonic(), keys, n)
 

@@ -258,8 +258,13 @@ class _Batch:
             call = self._calls[at]
             if call.kind is _Kind.REFUND:
                 continue
-            granted, wait_s = max(0, int(reply[2 + 2 * i])), float(_text(reply[3 + 2 * i]))
-            call.answer = Granted(call.keys, granted, math.inf if wait_s < 0 else wait_s, era=era)
+            granted, wait_s = max(0, int(reply[2 + 3 * i])), float(_text(reply[3 + 3 * i]))
+            wait_s = math.inf if wait_s < 0 else wait_s
+            held_at = int(reply[4 + 3 * i])  # the bucket that held it short: 1 for the first
+            held = (call.keys[held_at - 1],) if 0 < held_at <= len(call.keys) else ()
+            call.answer = Granted(
+                call.keys, granted, wait_s, held, (wait_s,) if held else (), era=era
+            )
             self._host._seen_marker = True
 
     async def _lost(self, chunk: list[int], era: int) -> int:

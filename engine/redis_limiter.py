@@ -63,7 +63,7 @@ from engine.clock import Clock
 from engine.domain import BucketKey, BucketLevel, BucketScope, Limit
 from engine.errors import ConfigError
 from engine.limiter import Reservation
-from engine.redis_batch import RedisBatches
+from engine.redis_batch import CHUNK, RedisBatches
 from engine.redis_calls import UNAVAILABLE as _UNAVAILABLE
 from engine.redis_calls import LuaCalls, bounded
 from engine.redis_fallback import PEERS_EVERY_S, PEERS_S, Granted, LocalFallback
@@ -176,6 +176,20 @@ class RedisLimiter(RedisBatches):
                 self._degrade(exc)
         self._pending[key] = limit
         self._fallback.apply(key)
+
+    async def configure_many(self, limits: Sequence[tuple[BucketKey, Limit | None]]) -> None:
+        """See ``Limiter.configure_many``: ``CHUNK`` configurations a round trip."""
+        for key, limit in limits:
+            self._fallback.remember(key, limit)
+        if await self._use_redis():
+            try:
+                await self._configure_many(limits, fill="full")
+                return
+            except _UNAVAILABLE as exc:
+                self._degrade(exc)
+        for key, limit in limits:
+            self._pending[key] = limit
+            self._fallback.apply(key)
 
     async def reserve(self, keys: Sequence[BucketKey], n: int) -> Reservation:
         unique = tuple(dict.fromkeys(keys))
@@ -297,12 +311,26 @@ class RedisLimiter(RedisBatches):
         return BucketKey(BucketScope(scope), unquote(tenant), unquote(provider))
 
     async def _configure(self, key: BucketKey, limit: Limit | None, *, fill: str) -> None:
+        await self._script("configure", *self._configure_call(key, limit, fill))
+
+    async def _configure_many(
+        self, limits: Sequence[tuple[BucketKey, Limit | None]], *, fill: str
+    ) -> None:
+        """``_configure`` each of ``limits``, ``CHUNK`` of them a round trip, in order; the
+        first failure is raised once the chunk's replies are in."""
+        for start in range(0, len(limits), CHUNK):
+            calls = [self._configure_call(k, lim, fill) for k, lim in limits[start : start + CHUNK]]
+            for reply in await self._calls.many("configure", calls):
+                if isinstance(reply, BaseException):
+                    raise reply
+
+    def _configure_call(
+        self, key: BucketKey, limit: Limit | None, fill: str
+    ) -> tuple[list[str], list[str]]:
         keys = [self._set_key, *self._hashes([key]), self._marker_key, self._old_marker_key]
         if limit is None:
-            args = [self._member(key), "", "", fill]
-        else:
-            args = [self._member(key), repr(limit.rate_per_s), repr(limit.burst), fill]
-        await self._script("configure", keys, args)
+            return keys, [self._member(key), "", "", fill]
+        return keys, [self._member(key), repr(limit.rate_per_s), repr(limit.burst), fill]
 
     async def _reserve(
         self, keys: tuple[BucketKey, ...], n: int, era: int, *, back: int = 0
@@ -318,9 +346,9 @@ class RedisLimiter(RedisBatches):
         if counting:
             redis_keys = (*redis_keys, self._peers_key)
         args: list[int | str] = [n, back, self._name, _PEERS_ARG] if counting else [n, back]
-        granted, wait = -1, "0"
+        granted, wait, held_at = -1, "0", 0
         for _ in range(2):
-            granted, wait, peers = await self._script("reserve", redis_keys, args)
+            granted, wait, peers, held_at = await self._script("reserve", redis_keys, args)
             if granted >= 0:
                 self._seen_marker = True
                 if counting:
@@ -331,7 +359,9 @@ class RedisLimiter(RedisBatches):
             args[1] = 0  # Redis lost its data: the buckets it is seeded with start empty
         granted = max(0, int(granted))
         wait_s = float(_text(wait))
-        return Granted(keys, granted, math.inf if wait_s < 0 else wait_s, era=era)
+        wait_s = math.inf if wait_s < 0 else wait_s
+        held = (keys[held_at - 1],) if 0 < held_at <= len(keys) else ()
+        return Granted(keys, granted, wait_s, held, (wait_s,) if held else (), era=era)
 
     async def _seed(self) -> None:
         """Write every limit this process knows (a bucket that was missing starts empty), then
@@ -346,8 +376,7 @@ class RedisLimiter(RedisBatches):
                     self._where(),
                     len(self._fallback.limits),
                 )
-            for key, limit in list(self._fallback.limits.items()):
-                await self._configure(key, limit, fill="empty")
+            await self._configure_many(list(self._fallback.limits.items()), fill="empty")
             await self._bounded(self._client.set(self._marker_key, "1"))
 
     async def _levels(self, only: Sequence[BucketKey] | None) -> list[BucketLevel]:
@@ -382,8 +411,9 @@ class RedisLimiter(RedisBatches):
         try:
             await self._bounded(self._client.ping())
             await self._seed()  # first, so a Redis that lost its data gets them back empty
-            for key, limit in list(self._pending.items()):
-                await self._configure(key, limit, fill="full")
+            pending = list(self._pending.items())
+            await self._configure_many(pending, fill="full")
+            for key, _limit in pending:
                 self._pending.pop(key, None)
             await self._rejoin()
         except _UNAVAILABLE as exc:

@@ -50,6 +50,9 @@ class StallsOnce:
     async def configure(self, key: BucketKey, limit: Limit | None) -> None:
         await self.inner.configure(key, limit)
 
+    async def configure_many(self, limits: Sequence[tuple[BucketKey, Limit | None]]) -> None:
+        await self.inner.configure_many(limits)
+
     async def reserve(self, keys: Sequence[BucketKey], n: int) -> Reservation:
         return await self._granted(await self.inner.reserve(keys, n))
 

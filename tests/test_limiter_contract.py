@@ -345,6 +345,18 @@ async def test_configure_adds_full_and_none_removes(limiter: Limiter) -> None:
     assert await limiter.levels() == []
 
 
+async def test_configure_many_is_configure_in_turn_over_many_keys(limiter: Limiter) -> None:
+    tenants = [BucketKey.for_tenant(f"t{i:04d}") for i in range(1200)]  # over a Redis chunk
+    await limiter.configure_many([(key, Limit(1.0, 3.0)) for key in tenants])
+    await limiter.configure_many([(tenants[0], None), (tenants[1], Limit(2.0, 5.0))])
+    levels = {lv.key: lv for lv in await limiter.levels()}
+    assert len(levels) == 1199 and tenants[0] not in levels
+    assert (levels[tenants[1]].burst, levels[tenants[1]].rate_per_s) == (5.0, 2.0)
+    assert {(lv.tokens, lv.burst) for k, lv in levels.items() if k != tenants[1]} == {(3.0, 3.0)}
+    assert (await limiter.reserve([tenants[2]], 5)).granted == 3
+    await limiter.configure_many([])
+
+
 async def test_levels_are_sorted_by_key_and_show_blocks(limiter: Limiter) -> None:
     await configured(
         limiter, {PAIR: Limit(1.0, 2.0), OTHER: Limit(2.0, 4.0), TENANT: Limit(3.0, 6.0)}
@@ -663,3 +675,20 @@ async def test_levels_of_some_keys_are_those_configured_among_them(limiter: Limi
     assert await limiter.levels([]) == []
     assert await limiter.levels([PROVIDER]) == []
     assert [lv.key for lv in await limiter.levels(None)] == [lv.key for lv in every]
+
+
+async def test_a_reservation_held_short_names_the_bucket_that_ran_dry(limiter: Limiter) -> None:
+    """A provider's bucket shared by many tenants ran dry: the dispatcher holds the provider's
+    whole line on that, instead of asking each of its tenants again (on Redis too)."""
+    await limiter.configure_many(
+        [(PROVIDER, Limit(1.0, 2.0)), (TENANT, Limit(1.0, 5.0)), (OTHER, Limit(1.0, 1.0))]
+    )
+    full, by_provider = await limiter.reserve_many([(A, 2), (B, 1)])
+    assert (full.granted, full.held_by, full.held_for_s) == (2, (), ())
+    assert by_provider.granted == 0 and by_provider.held_by == (PROVIDER,)
+    assert by_provider.held_for_s == (pytest.approx(1.0, abs=CLOSE),)
+    await limiter.configure(PROVIDER, None)
+    [by_tenant] = await limiter.reserve_many([(B, 2)])
+    assert (by_tenant.granted, by_tenant.held_by) == (1, (OTHER,))
+    alone = await limiter.reserve(B, 1)
+    assert (alone.granted, alone.held_by) == (0, (OTHER,))

@@ -9,8 +9,12 @@
 -- reading of TIME: each sees what the entries before it took and gave back. A bucket is read
 -- once, when an entry first names it, and written once, at the end, if any entry changed it: so
 -- a read that fails (WRONGTYPE) leaves every bucket as it was.
--- Returns {0, processes, granted_1, wait_1, granted_2, wait_2, ...} as reserve.lua returns them
--- (a refund's: 0, '0'; processes -1 when the set was left alone); or {-1} when an entry
+-- Returns {0, processes, granted_1, wait_1, held_1, granted_2, wait_2, held_2, ...}: granted and
+-- wait as reserve.lua returns them, and held the place (1 for the entry's first bucket) of the
+-- bucket that held the entry short (the one blocked longest, else the one that takes longest
+-- to have a token), 0 when it got all it asked for (a refund's: 0, '0', 0; processes -1 when
+-- the set was left alone): a caller that knows which bucket ran dry (a provider's, shared by
+-- many entries) need not ask its other entries again before it refills. Or {-1} when an entry
 -- reserves and the marker is gone (Redis lost its data): nothing is done, and the caller
 -- seeds Redis and calls again.
 local entries = (#ARGV - 2) / 3
@@ -45,27 +49,33 @@ local function state(key)
   return s
 end
 
--- Seconds until every bucket of `mine` has one more token (`blocked` at least), as a string.
-local function wait_for(mine, blocked)
-  local wait = blocked
-  for _, s in ipairs(mine) do
+-- Seconds until every bucket of `mine` has one more token (`blocked` at least), as a string,
+-- and the place of the bucket that takes longest (`held_at`, blocked, when it is the longest).
+local function wait_for(mine, places, blocked, held_at)
+  local wait, at = blocked, held_at
+  for i, s in ipairs(mine) do
     local w = wait_one(s.b, now)
     if w < 0 then
-      return '-1'
+      return '-1', places[i]
     end
-    wait = math.max(wait, w)
+    if w > wait then
+      wait, at = w, places[i]
+    end
   end
-  return str(wait)
+  return str(wait), at
 end
 
 local out, k = {0, processes}, 2
 for e = 1, entries do
   local count, n, back = tonumber(ARGV[3 * e]), tonumber(ARGV[3 * e + 1]), tonumber(ARGV[3 * e + 2])
-  local mine, blocked, granted = {}, 0, n
+  local mine, places, blocked, held_at, granted = {}, {}, 0, 0, n
   for i = k + 1, k + count do
     local s = state(KEYS[i])
-    blocked = math.max(blocked, s.held)
+    if s.held > blocked then
+      blocked, held_at = s.held, i - k
+    end
     if s.b then
+      places[#mine + 1] = i - k
       if s.held == 0 and back > 0 then
         s.b.tokens = math.min(s.b.burst, s.b.tokens + back)
         s.dirty = true
@@ -87,8 +97,11 @@ for e = 1, entries do
   out[#out + 1] = granted
   if granted == n then
     out[#out + 1] = '0'
+    out[#out + 1] = 0
   else
-    out[#out + 1] = wait_for(mine, blocked)
+    local wait, at = wait_for(mine, places, blocked, held_at)
+    out[#out + 1] = wait
+    out[#out + 1] = at
   end
 end
 for _, key in ipairs(order) do
