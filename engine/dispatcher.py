@@ -284,51 +284,56 @@ class Dispatcher:
         reserved_at = self._clock.monotonic()
         reservations = await self._limiter.reserve_many([(r.buckets, n) for _k, r, n in asks])
         provider_id = asks[0][0][1]
-        kept = await self._within_room(provider_id, asks, reservations, room)
-        granted = [i for i, got in enumerate(reservations) if got.granted > 0]
+        caps, kept = self._within_room(provider_id, asks, reservations, room)
+        granted = [i for i, cap in enumerate(caps) if cap > 0]
         if probing and granted and not await self.circuits.take_probe(provider_id):
             await self._limiter.refund(reservations[0], reservations[0].granted)
             self._book.served(asks[0][0], 0, drained=False)  # another worker probes it
             return 1, 0
         claimed = await self._store.queue.claim_many(
-            [(*asks[i][0], reservations[i].granted) for i in granted],
+            [(*asks[i][0], caps[i]) for i in granted],
             owner=self.owner,
             lease_s=self.settings.lease_s,
             now=self._clock.wall(),
         )
+        # Every reservation holding tokens is taken again for what its key leased: the grants
+        # past the room go back in the same call (those keys lease nothing, or less).
+        rows_of = dict(zip(granted, claimed, strict=True))
+        holding = [i for i, got in enumerate(reservations) if got.granted > 0]
         retaken = await self._retake_many(
-            [(reservations[i], rows) for i, rows in zip(granted, claimed, strict=True)],
-            reserved_at,
+            [(reservations[i], rows_of.get(i, [])) for i in holding], reserved_at
         )
-        by_ask = dict(zip(granted, zip(claimed, retaken, strict=True), strict=True))
+        by_ask = dict(zip(holding, retaken, strict=True))
         total = 0
         provider_held = False
         for i, (key, route, asked) in enumerate(asks):  # in line order: the book's turn
             reservation = reservations[i]
             if i >= kept:  # no room left for it this time: it keeps its place, first in line
                 continue
-            if reservation.granted == 0:
+            if caps[i] == 0:
                 if not provider_held:  # behind a provider found empty: not its turn yet
                     provider_held = self._book.hold(
                         key, reservation, self._clock.monotonic(), self.settings.poll_s
                     )
                 continue
-            rows, (got, taken_at) = by_ask[i]
-            held = self._settle(key, route, asked, reservation, len(rows), got, taken_at)
+            got, taken_at = by_ask[i]
+            claimed_n = len(rows_of[i])
+            held = self._settle(key, route, asked, reservation, caps[i], claimed_n, got, taken_at)
             provider_held |= held
             if probing:
                 await self.circuits.probing(provider_id, got)
             total += len(got)
         return len(asks), total
 
-    async def _within_room(
+    def _within_room(
         self, provider_id: int, asks: list[Ask], reservations: list[Reservation], room: int
-    ) -> int:
-        """Grants past ``room`` (asks are made for more than the room when their buckets
-        tend to grant less than asked) go back to their buckets, the last keys' first;
-        ``asks`` and ``reservations`` are cut to match. Returns how many of the keys got a
-        turn (those after it had no room left: they keep their places). Learns how much of
-        what the provider's keys ask for their buckets grant."""
+    ) -> tuple[list[int], int]:
+        """How many each key may lease: its grant, within ``room`` (asks are made for more
+        than the room when their buckets tend to grant less than asked), the last keys' cut
+        first (their tokens go back with the retakes; ``asks`` of a key cut short become
+        what it may lease: it was not held short by its buckets); and how many of the keys
+        got a turn (those after it had no room left: they keep their places). Learns how much
+        of what the provider's keys ask for their buckets grant."""
         asked = granted = total = 0
         for i, got in enumerate(reservations):
             total += got.granted
@@ -338,24 +343,20 @@ class Dispatcher:
         if asked:
             share = self._granted_share.get(provider_id, 1.0)
             self._granted_share[provider_id] = share + 0.3 * (granted / asked - share)
-        granted = total
-        if granted <= room:
-            return len(asks)
-        refunds: list[tuple[Reservation, int]] = []
+        caps = [got.granted for got in reservations]
+        if total <= room:
+            return caps, len(asks)
         kept = len(asks)
-        for i, got in enumerate(reservations):
-            if room >= got.granted:
-                room -= got.granted
+        for i, cap in enumerate(caps):
+            if room >= cap:
+                room -= cap
                 continue
-            refunds.append((got, got.granted - room))
             if room == 0 and kept == len(asks):
                 kept = i
             key, route, _asked = asks[i]
-            asks[i] = (key, route, room)  # all it may have: not held short by its buckets
-            reservations[i] = Reservation(got.keys, room)
-            room = 0
-        await self._limiter.refund_many(refunds)
-        return kept
+            asks[i] = (key, route, room)
+            caps[i], room = room, 0
+        return caps, kept
 
     def _gather(self, line: collections.deque[Key], *, probing: bool) -> tuple[list[Ask], int]:
         """The first keys of ``line`` to serve together, how many to ask for each, and the
@@ -404,22 +405,24 @@ class Dispatcher:
         route: Route,
         asked: int,
         reservation: Reservation,
+        cap: int,
         claimed: int,
         leased: list[Leased],
         taken_at: float,
     ) -> bool:
-        """One key's claim after its reservation (``claimed`` rows, of which ``leased`` kept
-        their tokens, taken at ``taken_at``): its parcels handed to the senders, its place in
-        the book; returns whether its provider's bucket ran dry."""
+        """One key's claim after its reservation (``claimed`` rows of the ``cap`` it might
+        lease, of which ``leased`` kept their tokens, taken at ``taken_at``): its parcels
+        handed to the senders, its place in the book; returns whether its provider's bucket
+        ran dry."""
         # Fewer rows than tokens: none is due now (a retake that fell short released rows
         # that are still due: the key waits for tokens instead).
-        drained = claimed < reservation.granted
+        drained = claimed < cap
         self._book.served(key, len(leased), drained=drained)
         per, paced = route.per, route.paced
         for first in range(0, len(leased), per):  # a parcel of one (the most) is not sliced
             parcel = leased if len(leased) == 1 else leased[first : first + per]
             self._work.put(key, parcel, taken_at, paced=paced)
-        if not drained and (reservation.granted < asked or len(leased) < claimed):
+        if not drained and (cap < asked or len(leased) < claimed):
             return self._book.hold(
                 key, reservation, self._clock.monotonic(), self.settings.poll_s
             )  # its buckets ran dry
