@@ -46,6 +46,11 @@ log = logging.getLogger(__name__)
 
 _KEYS_PER_CLAIM = 32  # keys of one provider's line served by one claim
 _PROBES_PER_ROUND = 500  # keys whose count ran out, looked at alone in one round
+# Most a paced key leases in one visit while other keys wait in its line (more when the line
+# is short: the room shared among them): a tenant with a deep backlog and tokens to spare takes
+# its turn, not the turns of the thousands of small ones behind it. Keys no limit paces share
+# the senders by their parcels' turns instead (engine/work.py).
+_QUANTUM = 4
 
 
 Ask = tuple[Key, Route, int]  # a key, its route, how many to reserve and lease
@@ -360,9 +365,10 @@ class Dispatcher:
 
     def _gather(self, line: collections.deque[Key], *, probing: bool) -> tuple[list[Ask], int]:
         """The first keys of ``line`` to serve together, how many to ask for each, and the
-        room the senders leave for them: each asks as many as its count says, within that
-        room, at most ``_KEYS_PER_CLAIM`` keys, all paced or none, until what their buckets
-        are expected to grant (the share they granted lately) fills the room. Paced keys
+        room the senders leave for them: each asks as many as its count says, within its turn
+        (for paced keys that room shared by the keys of the line, ``_QUANTUM`` at least), at most
+        ``_KEYS_PER_CLAIM`` keys, all paced or none, until what their buckets are expected to
+        grant (the share they granted lately) fills the room. Paced keys
         without room keep their places (first served once the senders free up) while keys no
         limit paces behind them, within the same window, may go; none with room: nothing, and
         the line waits for a send to end (visiting every key of a long line in turn to find
@@ -371,7 +377,7 @@ class Dispatcher:
         asks: list[Ask] = []
         dropped: list[Key] = []
         expected = 0.0
-        room = 0
+        room = turn = 0
         share = 1.0
         for key in itertools.islice(line, 1 if probing else _KEYS_PER_CLAIM):
             route = self._dir.route(key)
@@ -389,8 +395,11 @@ class Dispatcher:
                     break
                 share = self._granted_share.get(key[1], 1.0)
                 share = share if share > 1 / _KEYS_PER_CLAIM else 1 / _KEYS_PER_CLAIM
+                turn = room // len(line) if route.paced else room
+                turn = turn if turn > _QUANTUM else _QUANTUM
+                turn = turn if turn < room else room
             due = book.due[key]
-            asked = 1 if probing else (room if room < due else due)
+            asked = 1 if probing else (turn if turn < due else due)
             asks.append((key, route, asked))
             expected += asked * share
             if expected >= room:
