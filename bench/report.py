@@ -49,7 +49,7 @@ BENCHES: dict[str, tuple[str, list[str], bool]] = {
     "bucket": ("bucket.py", ["--number", "300000"], False),
     "redis_limiter": ("redis_limiter.py", ["--repeat", "5"], False),
     "plan": ("plan.py", [], True),
-    "tenants": ("tenants.py", ["--duration", "10"], True),
+    "tenants": ("tenants.py", ["--duration", "10", "--repeat", "2"], True),
     "console": ("console.py", ["--tenants", "10000", "--seconds", "20"], False),
 }
 # --quick: the same code paths in well under a minute, for checking the scripts, not numbers.

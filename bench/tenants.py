@@ -10,7 +10,7 @@ notification (its rusage). The tenants and the backlog are written before the wo
 (not timed).
 
     .venv/bin/python bench/tenants.py [--tenants 10,100,1000,10000] [--stores sqlite,postgres]
-        [--limiter local,redis] [--duration 16] [--quiet] [--repeat 1] [--out FILE]
+        [--limiter local,redis] [--duration 16] [--quiet] [--repeat 1] [--idle 0] [--out FILE]
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from engine import (
     SystemClock,
     TenantSpec,
 )
+from engine.envelope import worst_window
 from tests.cli_support import REPO, clean_env
 
 TENANT_LIMIT = Limit(20.0, 10.0)
@@ -55,8 +56,11 @@ def allowed_per_s(tenants: int) -> float:
     return min(tenants * TENANT_LIMIT.rate_per_s, PROVIDER_LIMIT.rate_per_s * len(PROVIDERS))
 
 
-async def prepare(url: str, key: str, tenants: int, duration_s: float) -> dict[str, Any]:
-    """Migrate; add the providers, the tenants and a backlog of 1.3 x what the run can send."""
+async def prepare(
+    url: str, key: str, tenants: int, duration_s: float, idle: int = 0
+) -> dict[str, Any]:
+    """Migrate; add the providers, the tenants and a backlog of 1.3 x what the run can send,
+    and ``idle`` more tenants with nothing queued (their keys cost memory, never work)."""
     per_key = math.ceil(allowed_per_s(tenants) * duration_s * 1.3 / (tenants * 3))
     t0 = time.perf_counter()
     async with Store(url, SecretBox([key])) as store:
@@ -65,6 +69,9 @@ async def prepare(url: str, key: str, tenants: int, duration_s: float) -> dict[s
             for name in PROVIDERS:
                 await engine.add_provider(name, "simulated", PROVIDER_LIMIT, {"latency_ms": "5"})
             await _add_tenants(engine, tenants)
+            await engine.import_tenants(
+                [TenantSpec(f"idle{i:06d}", TENANT_LIMIT) for i in range(idle)]
+            )
             setup_s = time.perf_counter() - t0
             for i in range(tenants):
                 items = [
@@ -111,17 +118,48 @@ def run_worker(
     }
 
 
-async def delivered_ts(url: str) -> list[float]:
-    """Every delivery's time, read straight from ``delivery_log`` (not through the engine)."""
-    query = "SELECT ts FROM delivery_log WHERE outcome = 'delivered' ORDER BY ts"
+async def deliveries(url: str) -> list[tuple[int, int, float]]:
+    """(tenant id, provider id, when the provider was called) of every delivery: the logged
+    time less the provider's own time (``send_s``), read straight from ``delivery_log``."""
+    query = (
+        "SELECT tenant_id, provider_id, ts - COALESCE(send_s, 0) FROM delivery_log"
+        " WHERE outcome = 'delivered'"
+    )
     if url.startswith("sqlite:///"):
         with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
-            return [float(r[0]) for r in conn.execute(query)]
+            return [(int(r[0]), int(r[1]), float(r[2])) for r in conn.execute(query)]
     conn = await asyncpg.connect(asyncpg_dsn(url), timeout=5)
     try:
-        return [float(r[0]) for r in await conn.fetch(query)]
+        return [(int(r[0]), int(r[1]), float(r[2])) for r in await conn.fetch(query)]
     finally:
         await conn.close()
+
+
+def over_envelope(sent: Sequence[tuple[int, int, float]]) -> dict[str, Any]:
+    """Each tenant's and each provider's sends, at the provider's side, against the envelope
+    ``burst + rate * (W + 0.02) + 1`` (the provider-side bound of docs/benchmarks.md §3) for
+    windows of 0.1, 1 and 5 s: how many tenants and providers went over it, and the fullest
+    window relative to its bound."""
+    by_tenant: dict[int, list[float]] = {}
+    by_provider: dict[int, list[float]] = {}
+    for tenant, provider, at in sent:
+        by_tenant.setdefault(tenant, []).append(at)
+        by_provider.setdefault(provider, []).append(at)
+    worst = 0.0
+    over = {"tenants": 0, "providers": 0}
+    for what, groups, limit in (
+        ("tenants", by_tenant, TENANT_LIMIT),
+        ("providers", by_provider, PROVIDER_LIMIT),
+    ):
+        for times in groups.values():
+            times.sort()
+            windows = [
+                worst_window(times, w, limit.rate_per_s, limit.burst, lag_s=0.02)
+                for w in (0.1, 1.0, 5.0)
+            ]
+            over[what] += any(not w.holds for w in windows)
+            worst = max(worst, *(w.count / w.allowed for w in windows))
+    return {"over_envelope": over, "fullest_window_of_bound": round(worst, 3)}
 
 
 def steady_rate(ts: Sequence[float]) -> float:
@@ -142,6 +180,7 @@ async def one_run(
     *,
     quiet: bool,
     repeat: int = 0,
+    idle: int = 0,
 ) -> dict[str, Any]:
     key = SecretBox.generate_key()
     redis_url = REDIS if limiter == "redis" else None
@@ -149,19 +188,27 @@ async def one_run(
         await _flush_redis(redis_url)
     if store_kind == "sqlite":
         url = f"sqlite:///{tmp / f'tenants-{tenants}-{limiter}-{repeat}.db'}"
-        return await _measure(url, key, tenants, redis_url, duration_s, quiet=quiet)
+        return await _measure(url, key, tenants, redis_url, duration_s, quiet=quiet, idle=idle)
     async with fresh_pg(f"tenants{tenants}") as url:
-        return await _measure(url, key, tenants, redis_url, duration_s, quiet=quiet)
+        return await _measure(url, key, tenants, redis_url, duration_s, quiet=quiet, idle=idle)
 
 
 async def _measure(
-    url: str, key: str, tenants: int, redis_url: str | None, duration_s: float, *, quiet: bool
+    url: str,
+    key: str,
+    tenants: int,
+    redis_url: str | None,
+    duration_s: float,
+    *,
+    quiet: bool,
+    idle: int = 0,
 ) -> dict[str, Any]:
-    prepared = await prepare(url, key, tenants, duration_s)
+    prepared = await prepare(url, key, tenants, duration_s, idle)
     worker = await asyncio.to_thread(
         functools.partial(run_worker, url, key, redis_url, duration_s, quiet=quiet)
     )
-    ts = await delivered_ts(url)
+    sent = await deliveries(url)
+    ts = sorted(t for _tenant, _provider, t in sent)
     rate = steady_rate(ts)
     allowed = allowed_per_s(tenants)
     return {
@@ -173,6 +220,8 @@ async def _measure(
         "cpu_ms_per_delivered": round(worker["cpu_s"] * 1000 / max(len(ts), 1), 3),
         "progress_lines": worker["progress_lines"],
         "rss_mb": round(worker["rss_mb"], 1),
+        "idle_tenants": idle,
+        **over_envelope(sent),
     }
 
 
@@ -202,6 +251,7 @@ async def main(args: Any) -> dict[str, Any]:
                             *(store_kind, n, limiter, args.duration, Path(tmp)),
                             quiet=args.quiet,
                             repeat=repeat,
+                            idle=args.idle,
                         )
                         each.append({"store": store_kind, "limiter": limiter, "tenants": n, **run})
                         print(each[-1], file=sys.stderr)
@@ -249,6 +299,7 @@ if __name__ == "__main__":
     p.add_argument("--duration", type=float, default=16.0)
     p.add_argument("--quiet", action="store_true", help="the worker prints no progress lines")
     p.add_argument("--repeat", type=int, default=1, help="runs of each size (ranges quoted)")
+    p.add_argument("--idle", type=int, default=0, help="more tenants with nothing queued")
     cli = p.parse_args()
     log_level_warning()
     emit(asyncio.run(main(cli)), cli.out)
