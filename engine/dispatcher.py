@@ -85,6 +85,9 @@ class Dispatcher:
         self._book = DueBook(DUE_CAP)  # the keys with work: where each one stands
         # Per provider: the share of what its keys asked for that their buckets granted lately.
         self._granted_share: dict[int, float] = {}
+        # Per provider: when its bucket was last found dry (monotonic s): until it has had time
+        # to refill, a claim asks no more keys than it can have tokens for.
+        self._dry_at: dict[int, float] = {}
         self._due_stale = True  # look at the kept counts in the next round
         self._refreshed_at = -1e9
         self._look_s = 0.0  # how long the last look at the counts took
@@ -328,6 +331,8 @@ class Dispatcher:
             if probing:
                 await self.circuits.probing(provider_id, got)
             total += len(got)
+        if provider_held:
+            self._dry_at[provider_id] = self._clock.monotonic()
         return len(asks), total
 
     def _within_room(
@@ -366,18 +371,19 @@ class Dispatcher:
     def _gather(self, line: collections.deque[Key], *, probing: bool) -> tuple[list[Ask], int]:
         """The first keys of ``line`` to serve together, how many to ask for each, and the
         room the senders leave for them: each asks as many as its count says, within its turn
-        (for paced keys that room shared by the keys of the line, ``_QUANTUM`` at least), at most
-        ``_KEYS_PER_CLAIM`` keys, all paced or none, until what their buckets are expected to
-        grant (the share they granted lately) fills the room. Paced keys
-        without room keep their places (first served once the senders free up) while keys no
-        limit paces behind them, within the same window, may go; none with room: nothing, and
-        the line waits for a send to end (visiting every key of a long line in turn to find
-        it full would cost a round per key)."""
+        (for paced keys that room shared by the keys of the line, ``_QUANTUM`` at least), at
+        most ``_KEYS_PER_CLAIM`` keys, all paced or none, until what their buckets are
+        expected to grant (the share they granted lately) fills the room, or what the
+        provider's bucket can have refilled since it was found dry. Paced keys without room
+        keep their places (first served once the senders free up) while keys no limit paces
+        behind them, within the same window, may go; none with room: nothing, and the line
+        waits for a send to end (visiting every key of a long line in turn to find it full
+        would cost a round per key)."""
         book, settings = self._book, self.settings
         asks: list[Ask] = []
         dropped: list[Key] = []
         expected = 0.0
-        room = turn = 0
+        room = turn = fill = 0
         share = 1.0
         for key in itertools.islice(line, 1 if probing else _KEYS_PER_CLAIM):
             route = self._dir.route(key)
@@ -395,6 +401,7 @@ class Dispatcher:
                     break
                 share = self._granted_share.get(key[1], 1.0)
                 share = share if share > 1 / _KEYS_PER_CLAIM else 1 / _KEYS_PER_CLAIM
+                fill = self._provider_can_grant(key[1], route, room)
                 turn = room // len(line) if route.paced else room
                 turn = turn if turn > _QUANTUM else _QUANTUM
                 turn = turn if turn < room else room
@@ -402,11 +409,25 @@ class Dispatcher:
             asked = 1 if probing else (turn if turn < due else due)
             asks.append((key, route, asked))
             expected += asked * share
-            if expected >= room:
+            if expected >= fill:
                 break
         for key in dropped:
             book.drop(key)
         return asks, room
+
+    def _provider_can_grant(self, provider_id: int, route: Route, room: int) -> int:
+        """At most ``room``: fewer while the provider's bucket, found dry lately, has not had
+        the time to refill that many (as far as its own rate says; on Redis other workers
+        take from it too): at a provider that holds every line, a claim of many keys would
+        ask them all, and the provider would grant the first one or two."""
+        dry_at = self._dry_at.get(provider_id)
+        limit = route.provider.limit
+        if dry_at is None or limit is None:
+            return room
+        refilled = (self._clock.monotonic() - dry_at) * limit.rate_per_s
+        if refilled >= room:
+            return room
+        return int(refilled) + 1
 
     def _settle(
         self,
