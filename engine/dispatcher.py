@@ -18,17 +18,17 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import itertools
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from engine.circuit import Circuits
+from engine.claims import ClaimMaker
 from engine.clock import Clock
 from engine.completer import Completer
 from engine.directory import Directory, Route
 from engine.dispatch_settings import DispatcherSettings
-from engine.domain import BucketScope, NotificationState
+from engine.domain import NotificationState
 from engine.due import DueBook
 from engine.errors import OmniPostError, SecretUnreadable
 from engine.limiter import Limiter, Reservation
@@ -44,16 +44,7 @@ __all__ = ["Dispatcher", "DispatcherSettings"]
 
 log = logging.getLogger(__name__)
 
-_KEYS_PER_CLAIM = 32  # keys of one provider's line served by one claim
 _PROBES_PER_ROUND = 500  # keys whose count ran out, looked at alone in one round
-# Most a paced key leases in one visit while other keys wait in its line (more when the line
-# is short: the room shared among them): a tenant with a deep backlog and tokens to spare takes
-# its turn, not the turns of the thousands of small ones behind it. Keys no limit paces share
-# the senders by their parcels' turns instead (engine/work.py).
-_QUANTUM = 4
-
-
-Ask = tuple[Key, Route, int]  # a key, its route, how many to reserve and lease
 
 
 class Dispatcher:
@@ -83,11 +74,7 @@ class Dispatcher:
         self._work = WorkQueue(clock)  # leases waiting for a sender, as parcels
         self._wake = asyncio.Event()
         self._book = DueBook(DUE_CAP)  # the keys with work: where each one stands
-        # Per provider: the share of what its keys asked for that their buckets granted lately.
-        self._granted_share: dict[int, float] = {}
-        # Per provider: when its bucket was last found dry (monotonic s): until it has had time
-        # to refill, a claim asks no more keys than it can have tokens for.
-        self._dry_at: dict[int, float] = {}
+        self._claims = ClaimMaker(self._book, directory, self._work, clock)
         self._due_stale = True  # look at the kept counts in the next round
         self._refreshed_at = -1e9
         self._look_s = 0.0  # how long the last look at the counts took
@@ -286,13 +273,16 @@ class Dispatcher:
         many it leased. Each key then goes to the back of the line, waits for its own
         buckets, or (drained) is looked at alone; a provider's bucket that ran dry holds the
         whole line. ``probing``: the provider's circuit probe is due: one lease, alone."""
-        asks, room = self._gather(line, probing=probing)
+        claims = self._claims
+        asks, room, starved = claims.gather(line, self.settings, self.concurrency, probing=probing)
+        if starved:
+            self._senders.starved = True  # a send that ends wakes the loop
         if not asks:  # no route, or no room
             return 0, 0
         reserved_at = self._clock.monotonic()
         reservations = await self._limiter.reserve_many([(r.buckets, n) for _k, r, n in asks])
         provider_id = asks[0][0][1]
-        caps, kept = self._within_room(provider_id, asks, reservations, room)
+        caps, kept = self._claims.within_room(provider_id, asks, reservations, room)
         granted = [i for i, cap in enumerate(caps) if cap > 0]
         if probing and granted and not await self.circuits.take_probe(provider_id):
             await self._limiter.refund(reservations[0], reservations[0].granted)
@@ -332,102 +322,8 @@ class Dispatcher:
                 await self.circuits.probing(provider_id, got)
             total += len(got)
         if provider_held:
-            self._dry_at[provider_id] = self._clock.monotonic()
+            self._claims.dry(provider_id)
         return len(asks), total
-
-    def _within_room(
-        self, provider_id: int, asks: list[Ask], reservations: list[Reservation], room: int
-    ) -> tuple[list[int], int]:
-        """How many each key may lease: its grant, within ``room`` (asks are made for more
-        than the room when their buckets tend to grant less than asked), the last keys' cut
-        first (their tokens go back with the retakes; ``asks`` of a key cut short become
-        what it may lease: it was not held short by its buckets); and how many of the keys
-        got a turn (those after it had no room left: they keep their places). Learns how much
-        of what the provider's keys ask for their buckets grant."""
-        asked = granted = total = 0
-        for i, got in enumerate(reservations):
-            total += got.granted
-            if not any(b.scope is BucketScope.PROVIDER for b in got.held_by):
-                asked += asks[i][2]  # what the keys' own buckets granted, not the provider's
-                granted += got.granted
-        if asked:
-            share = self._granted_share.get(provider_id, 1.0)
-            self._granted_share[provider_id] = share + 0.3 * (granted / asked - share)
-        caps = [got.granted for got in reservations]
-        if total <= room:
-            return caps, len(asks)
-        kept = len(asks)
-        for i, cap in enumerate(caps):
-            if room >= cap:
-                room -= cap
-                continue
-            if room == 0 and kept == len(asks):
-                kept = i
-            key, route, _asked = asks[i]
-            asks[i] = (key, route, room)
-            caps[i], room = room, 0
-        return caps, kept
-
-    def _gather(self, line: collections.deque[Key], *, probing: bool) -> tuple[list[Ask], int]:
-        """The first keys of ``line`` to serve together, how many to ask for each, and the
-        room the senders leave for them: each asks as many as its count says, within its turn
-        (for paced keys that room shared by the keys of the line, ``_QUANTUM`` at least), at
-        most ``_KEYS_PER_CLAIM`` keys, all paced or none, until what their buckets are
-        expected to grant (the share they granted lately) fills the room, or what the
-        provider's bucket can have refilled since it was found dry. Paced keys without room
-        keep their places (first served once the senders free up) while keys no limit paces
-        behind them, within the same window, may go; none with room: nothing, and the line
-        waits for a send to end (visiting every key of a long line in turn to find it full
-        would cost a round per key)."""
-        book, settings = self._book, self.settings
-        asks: list[Ask] = []
-        dropped: list[Key] = []
-        expected = 0.0
-        room = turn = fill = 0
-        share = 1.0
-        for key in itertools.islice(line, 1 if probing else _KEYS_PER_CLAIM):
-            route = self._dir.route(key)
-            if route is None:
-                dropped.append(key)
-                continue
-            if asks and route.paced is not asks[0][1].paced:
-                break  # paced keys' leases go before the others': not in one claim with them
-            if not asks:
-                room = self._work.room(settings, self.concurrency, paced=route.paced, per=route.per)
-                if room <= 0:
-                    self._senders.starved = True  # a send that ends wakes the loop
-                    if route.paced:
-                        continue  # it keeps its place; a key further on may be unpaced
-                    break
-                share = self._granted_share.get(key[1], 1.0)
-                share = share if share > 1 / _KEYS_PER_CLAIM else 1 / _KEYS_PER_CLAIM
-                fill = self._provider_can_grant(key[1], route, room)
-                turn = room // len(line) if route.paced else room
-                turn = turn if turn > _QUANTUM else _QUANTUM
-                turn = turn if turn < room else room
-            due = book.due[key]
-            asked = 1 if probing else (turn if turn < due else due)
-            asks.append((key, route, asked))
-            expected += asked * share
-            if expected >= fill:
-                break
-        for key in dropped:
-            book.drop(key)
-        return asks, room
-
-    def _provider_can_grant(self, provider_id: int, route: Route, room: int) -> int:
-        """At most ``room``: fewer while the provider's bucket, found dry lately, has not had
-        the time to refill that many (as far as its own rate says; on Redis other workers
-        take from it too): at a provider that holds every line, a claim of many keys would
-        ask them all, and the provider would grant the first one or two."""
-        dry_at = self._dry_at.get(provider_id)
-        limit = route.provider.limit
-        if dry_at is None or limit is None:
-            return room
-        refilled = (self._clock.monotonic() - dry_at) * limit.rate_per_s
-        if refilled >= room:
-            return room
-        return int(refilled) + 1
 
     def _settle(
         self,

@@ -39,7 +39,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from engine.clock import Clock
-from engine.domain import BucketKey
+from engine.domain import BucketKey, Limit
 from engine.limiter import Reservation
 from engine.redis_calls import UNAVAILABLE, Arg, LuaCalls
 from engine.redis_fallback import PEERS_EVERY_S, PEERS_S, Granted, LocalFallback
@@ -61,6 +61,7 @@ class _Host(Protocol):
     _name: str
     _count_peers_at: float
     _seen_marker: bool
+    _pending: dict[BucketKey, Limit | None]
 
     def _hashes(self, keys: Sequence[BucketKey]) -> list[str]: ...
 
@@ -69,6 +70,14 @@ class _Host(Protocol):
     def _degrade(self, exc: BaseException) -> None: ...
 
     async def _seed(self) -> None: ...
+
+    def _configure_call(
+        self, key: BucketKey, limit: Limit | None, fill: str
+    ) -> tuple[list[str], list[str]]: ...
+
+    async def _configure_all(
+        self, limits: Sequence[tuple[BucketKey, Limit | None]], *, fill: str
+    ) -> None: ...
 
 
 class _Kind(Enum):
@@ -131,6 +140,33 @@ def _text(value: Any) -> str:
 
 class RedisBatches:
     """The batch calls of the ``Limiter`` protocol for ``RedisLimiter``: see the module."""
+
+    async def configure_many(self: _Host, limits: Sequence[tuple[BucketKey, Limit | None]]) -> None:
+        """See ``Limiter.configure_many``: ``CHUNK`` configurations a round trip; while Redis
+        is away, kept for when it answers again, as ``configure`` keeps one."""
+        for key, limit in limits:
+            self._fallback.remember(key, limit)
+        if await self._use_redis():
+            try:
+                await self._configure_all(limits, fill="full")
+                return
+            except UNAVAILABLE as exc:
+                self._degrade(exc)
+        for key, limit in limits:
+            self._pending[key] = limit
+            self._fallback.apply(key)
+
+    async def _configure_all(
+        self: _Host, limits: Sequence[tuple[BucketKey, Limit | None]], *, fill: str
+    ) -> None:
+        """The configure script for each of ``limits``, ``CHUNK`` of them a round trip, in
+        order; the first failure is raised once its chunk's replies are in."""
+        for start in range(0, len(limits), CHUNK):
+            chunk = limits[start : start + CHUNK]
+            calls = [self._configure_call(key, limit, fill) for key, limit in chunk]
+            for reply in await self._calls.many("configure", calls):
+                if isinstance(reply, BaseException):
+                    raise reply
 
     async def reserve_many(
         self: _Host, asks: Sequence[tuple[Sequence[BucketKey], int]]

@@ -63,7 +63,7 @@ from engine.clock import Clock
 from engine.domain import BucketKey, BucketLevel, BucketScope, Limit
 from engine.errors import ConfigError
 from engine.limiter import Reservation
-from engine.redis_batch import CHUNK, RedisBatches
+from engine.redis_batch import RedisBatches
 from engine.redis_calls import UNAVAILABLE as _UNAVAILABLE
 from engine.redis_calls import LuaCalls, bounded
 from engine.redis_fallback import PEERS_EVERY_S, PEERS_S, Granted, LocalFallback
@@ -176,20 +176,6 @@ class RedisLimiter(RedisBatches):
                 self._degrade(exc)
         self._pending[key] = limit
         self._fallback.apply(key)
-
-    async def configure_many(self, limits: Sequence[tuple[BucketKey, Limit | None]]) -> None:
-        """See ``Limiter.configure_many``: ``CHUNK`` configurations a round trip."""
-        for key, limit in limits:
-            self._fallback.remember(key, limit)
-        if await self._use_redis():
-            try:
-                await self._configure_many(limits, fill="full")
-                return
-            except _UNAVAILABLE as exc:
-                self._degrade(exc)
-        for key, limit in limits:
-            self._pending[key] = limit
-            self._fallback.apply(key)
 
     async def reserve(self, keys: Sequence[BucketKey], n: int) -> Reservation:
         unique = tuple(dict.fromkeys(keys))
@@ -313,17 +299,6 @@ class RedisLimiter(RedisBatches):
     async def _configure(self, key: BucketKey, limit: Limit | None, *, fill: str) -> None:
         await self._script("configure", *self._configure_call(key, limit, fill))
 
-    async def _configure_many(
-        self, limits: Sequence[tuple[BucketKey, Limit | None]], *, fill: str
-    ) -> None:
-        """``_configure`` each of ``limits``, ``CHUNK`` of them a round trip, in order; the
-        first failure is raised once the chunk's replies are in."""
-        for start in range(0, len(limits), CHUNK):
-            calls = [self._configure_call(k, lim, fill) for k, lim in limits[start : start + CHUNK]]
-            for reply in await self._calls.many("configure", calls):
-                if isinstance(reply, BaseException):
-                    raise reply
-
     def _configure_call(
         self, key: BucketKey, limit: Limit | None, fill: str
     ) -> tuple[list[str], list[str]]:
@@ -376,7 +351,7 @@ class RedisLimiter(RedisBatches):
                     self._where(),
                     len(self._fallback.limits),
                 )
-            await self._configure_many(list(self._fallback.limits.items()), fill="empty")
+            await self._configure_all(list(self._fallback.limits.items()), fill="empty")
             await self._bounded(self._client.set(self._marker_key, "1"))
 
     async def _levels(self, only: Sequence[BucketKey] | None) -> list[BucketLevel]:
@@ -412,7 +387,7 @@ class RedisLimiter(RedisBatches):
             await self._bounded(self._client.ping())
             await self._seed()  # first, so a Redis that lost its data gets them back empty
             pending = list(self._pending.items())
-            await self._configure_many(pending, fill="full")
+            await self._configure_all(pending, fill="full")
             for key, _limit in pending:
                 self._pending.pop(key, None)
             await self._rejoin()
