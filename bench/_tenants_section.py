@@ -24,7 +24,17 @@ def tenants(d: Data) -> Context:
         ]
         for r in d["runs"]
     ]
-    return {**d, "rows": rows}
+    checked = [r for r in d["runs"] if "over_envelope" in r]
+    envelope = (
+        {
+            "tenants_over": sum(r["over_envelope"]["tenants"] for r in checked),
+            "providers_over": sum(r["over_envelope"]["providers"] for r in checked),
+            "fullest": max(r["fullest_window_of_bound"] for r in checked),
+        }
+        if checked
+        else None
+    )
+    return {**d, "rows": rows, "envelope": envelope}
 
 
 def _spread(values: list[float]) -> str:
