@@ -282,7 +282,7 @@ class Dispatcher:
         reserved_at = self._clock.monotonic()
         reservations = await self._limiter.reserve_many([(r.buckets, n) for _k, r, n in asks])
         provider_id = asks[0][0][1]
-        caps, kept = self._claims.within_room(provider_id, asks, reservations, room)
+        caps, kept = claims.within_room(provider_id, asks, reservations, room)
         granted = [i for i, cap in enumerate(caps) if cap > 0]
         if probing and granted and not await self.circuits.take_probe(provider_id):
             await self._limiter.refund(reservations[0], reservations[0].granted)
@@ -322,7 +322,7 @@ class Dispatcher:
                 await self.circuits.probing(provider_id, got)
             total += len(got)
         if provider_held:
-            self._claims.dry(provider_id)
+            claims.dry(provider_id)
         return len(asks), total
 
     def _settle(
