@@ -12,6 +12,7 @@ import pytest
 from engine import (
     BucketKey,
     DispatcherSettings,
+    Engine,
     EngineSettings,
     FakeClock,
     Limit,
@@ -130,6 +131,45 @@ async def test_many_small_tenants_cost_looks_and_asks_in_proportion_to_the_sends
     assert len(counted) <= (clock.monotonic() - started) / 0.5 + 2, counted
 
 
+async def _paced_tenants(
+    store: Store,
+    clock: FakeClock,
+    *,
+    tenants: int,
+    limit: Limit,
+    rows: int,
+    concurrency: int,
+    send_s: float,
+) -> tuple[VirtualEngines, Engine]:
+    """``tenants`` tenants at ``limit`` with ``rows`` due each on one provider whose sends take
+    ``send_s``, and an engine of ``concurrency`` senders on virtual time (not started)."""
+    engines = VirtualEngines(store, clock, {"lat": latency_kind(clock, send_s)})
+    settings = EngineSettings(dispatch=DispatcherSettings(concurrency=concurrency, poll_s=60.0))
+    engine = await engines.open(settings)
+    names = [f"t{i:04d}" for i in range(tenants)]
+    await engine.import_tenants([TenantSpec(name, limit) for name in names])
+    await engine.add_provider("sim", "lat")
+    for name in names:
+        items: list[tuple[str, str, dict[str, Any], str | None, int]] = [
+            ("sim", f"{name}@example.com", {}, f"{name}-{j}", 0) for j in range(rows)
+        ]
+        await engine.enqueue_many(name, items)
+    return engines, engine
+
+
+def _count_claims(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that gets one entry (the keys asked) per ``claim_many`` of ``store``."""
+    claims: list[int] = []
+    real_claim = store.queue.claim_many
+
+    async def claim_many(asks: Any, **kwargs: Any) -> Any:
+        claims.append(len(asks))
+        return await real_claim(asks, **kwargs)
+
+    monkeypatch.setattr(store.queue, "claim_many", claim_many)
+    return claims
+
+
 async def test_visits_that_lease_nothing_are_bounded_by_the_rounds_not_by_the_keys(
     store: Store, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -138,20 +178,13 @@ async def test_visits_that_lease_nothing_are_bounded_by_the_rounds_not_by_the_ke
     a thousand keys to learn it (each visit an ask of 0): it stops, and the next send that
     ends wakes it. And a claim serves many keys at once, so the claims are far fewer than
     the keys served."""
-    engines = VirtualEngines(store, clock, {"lat": latency_kind(clock, 0.05)})
-    settings = EngineSettings(dispatch=DispatcherSettings(concurrency=4, poll_s=60.0))
-    engine = await engines.open(settings)
-    tenants = [f"t{i:04d}" for i in range(1000)]
-    await engine.import_tenants([TenantSpec(name, Limit(20.0, 10.0)) for name in tenants])
-    await engine.add_provider("sim", "lat")
-    for name in tenants:
-        await engine.enqueue_many(
-            name, [("sim", f"{name}@example.com", {}, f"{name}-{j}", 0) for j in range(2)]
-        )
+    engines, engine = await _paced_tenants(
+        store, clock, tenants=1000, limit=Limit(20.0, 10.0), rows=2, concurrency=4, send_s=0.05
+    )
     dispatcher = engine.dispatcher
-    rounds = empty = claims = 0
+    rounds = empty = 0
     real_round, real_serve = dispatcher._round, dispatcher._serve_line
-    real_claim = store.queue.claim_many
+    claims = _count_claims(store, monkeypatch)
 
     async def counted_round() -> float:
         nonlocal rounds
@@ -164,14 +197,8 @@ async def test_visits_that_lease_nothing_are_bounded_by_the_rounds_not_by_the_ke
         empty += leased == 0
         return visited, leased
 
-    async def claim_many(asks: Any, **kwargs: Any) -> Any:
-        nonlocal claims
-        claims += 1
-        return await real_claim(asks, **kwargs)
-
     monkeypatch.setattr(dispatcher, "_round", counted_round)
     monkeypatch.setattr(dispatcher, "_serve_line", serve_line)
-    monkeypatch.setattr(store.queue, "claim_many", claim_many)
     try:
         await engine.start()
         await until(clock, lambda: dispatcher.delivered >= 600, what="600 delivered")
@@ -181,7 +208,7 @@ async def test_visits_that_lease_nothing_are_bounded_by_the_rounds_not_by_the_ke
     assert rounds > 0
     assert empty <= rounds, (empty, rounds)  # at most one empty visit a round, not one a key
     # Four senders take at most four sends a claim; the claims are bounded by the sends.
-    assert claims <= dispatcher.delivered, (claims, dispatcher.delivered)
+    assert len(claims) <= dispatcher.delivered, (len(claims), dispatcher.delivered)
 
 
 async def test_keys_held_by_their_own_buckets_share_a_claim(
@@ -192,27 +219,11 @@ async def test_keys_held_by_their_own_buckets_share_a_claim(
     keys for what the senders can take (their buckets have granted a small share of what was
     asked lately) and gives back what overshoots, so a claim leases for several keys instead
     of one key's token or two."""
-    engines = VirtualEngines(store, clock, {"lat": latency_kind(clock, 0.005)})
-    settings = EngineSettings(dispatch=DispatcherSettings(concurrency=32, poll_s=60.0))
-    engine = await engines.open(settings)
-    tenants = [f"t{i:03d}" for i in range(100)]
-    await engine.import_tenants([TenantSpec(name, Limit(20.0, 2.0)) for name in tenants])
-    await engine.add_provider("sim", "lat")
-    for name in tenants:
-        items: list[tuple[str, str, dict[str, Any], str | None, int]] = [
-            ("sim", f"{name}@example.com", {}, f"{name}-{j}", 0) for j in range(40)
-        ]
-        await engine.enqueue_many(name, items)
+    engines, engine = await _paced_tenants(
+        store, clock, tenants=100, limit=Limit(20.0, 2.0), rows=40, concurrency=32, send_s=0.005
+    )
     dispatcher = engine.dispatcher
-    claims = 0
-    real_claim = store.queue.claim_many
-
-    async def claim_many(asks: Any, **kwargs: Any) -> Any:
-        nonlocal claims
-        claims += 1
-        return await real_claim(asks, **kwargs)
-
-    monkeypatch.setattr(store.queue, "claim_many", claim_many)
+    claims = _count_claims(store, monkeypatch)
     try:
         await engine.start()
         started = clock.monotonic()
@@ -223,7 +234,7 @@ async def test_keys_held_by_their_own_buckets_share_a_claim(
         await engines.close()
     assert dispatcher.delivered <= 100 * (2 + 20 * took_s) + 100  # within every envelope
     assert took_s < 3000 / 2000 * 1.15, took_s  # near the tenants' 2,000/s
-    assert claims * 4 <= dispatcher.delivered, (claims, dispatcher.delivered)
+    assert len(claims) * 4 <= dispatcher.delivered, (len(claims), dispatcher.delivered)
 
 
 async def test_a_few_deep_backlogs_take_a_turn_each_not_the_small_tenants_turns(
