@@ -43,6 +43,8 @@ from engine import CircuitState, ConfigError, EngineState, OmniPostError, Snapsh
 __all__ = [
     "DEFAULT_HOST",
     "METRICS_VIEW",
+    "OTHERS",
+    "PAIRS_SHOWN",
     "PORT_ENV",
     "MetricsAddress",
     "MetricsExporter",
@@ -119,6 +121,11 @@ _OUTCOME_HELP = {
     "held": "Sends the provider could not take (unavailable), queued again unspent by its circuit",
 }
 _DEPTH_STATES = ("queued", "leased", "delivered", "dead")
+# Pairs with series of their own: the first to send since the worker started (a fixed set once
+# full, so no series comes and goes); every later pair is summed per provider under OTHERS, a
+# name no tenant can have. A scrape stays a few thousand series at any number of tenants.
+PAIRS_SHOWN = 1000
+OTHERS = "(others)"
 
 
 def families(snap: Snapshot, now: float) -> list[Metric]:
@@ -134,14 +141,23 @@ def families(snap: Snapshot, now: float) -> list[Metric]:
 
 
 def _outcomes(snap: Snapshot) -> Iterator[Metric]:
+    shown = snap.outcomes[:PAIRS_SHOWN]
+    others: dict[str, dict[str, int]] = {}
+    for pair in snap.outcomes[PAIRS_SHOWN:]:
+        sums = others.setdefault(pair.provider, dict.fromkeys(_OUTCOMES, 0))
+        for outcome in _OUTCOMES:
+            sums[outcome] += getattr(pair, outcome)
     for outcome in _OUTCOMES:
         family = CounterMetricFamily(
             f"omnipost_notifications_{outcome}",
-            f"{_OUTCOME_HELP[outcome]} (written back by this worker since it started).",
+            f"{_OUTCOME_HELP[outcome]} (written back by this worker since it started; "
+            f"tenant {OTHERS}: the pairs past the first {PAIRS_SHOWN} to send, summed).",
             labels=["tenant", "provider"],
         )
-        for pair in snap.outcomes:
+        for pair in shown:
             family.add_metric([pair.tenant, pair.provider], getattr(pair, outcome))
+        for provider, sums in sorted(others.items()):
+            family.add_metric([OTHERS, provider], sums[outcome])
         yield family
     takeovers = CounterMetricFamily(
         "omnipost_lease_takeovers",

@@ -8,6 +8,7 @@ Prometheus server would read: names, types, labels and values.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -25,7 +26,14 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.metrics import MetricsAddress, MetricsExporter, SnapshotCollector, metrics_address
+from app.metrics import (
+    OTHERS,
+    PAIRS_SHOWN,
+    MetricsAddress,
+    MetricsExporter,
+    SnapshotCollector,
+    metrics_address,
+)
 from app.parser import build_parser
 from engine import (
     BUILTIN_KINDS,
@@ -556,3 +564,34 @@ def test_the_console_and_the_worker_take_the_flags() -> None:
     worker = parser.parse_args(["worker", "--metrics-port", "9101"])
     assert (console.metrics_port, console.metrics_host) == (9100, "::1")
     assert (worker.metrics_port, worker.metrics_host) == (9101, None)
+
+
+def test_outcome_series_are_bounded_whatever_the_pairs() -> None:
+    """10,000 tenants on three providers: the first pairs to send keep series of their own,
+    every later one is summed per provider under one name no tenant can have."""
+    pairs = tuple(
+        PairCounts(f"t{i:05d}", provider, delivered=i % 7, dead=1)
+        for i in range(10_000)
+        for provider in ("sms", "mail", "push")
+    )
+    snap = dataclasses.replace(known_snapshot(), outcomes=pairs)
+    _types, samples = parse(scrape_text(snap))
+    delivered = {
+        k: v for k, v in samples.items() if k[0] == "omnipost_notifications_delivered_total"
+    }
+    assert len(delivered) == PAIRS_SHOWN + 3
+    first = pairs[0]
+    assert (
+        delivered[
+            "omnipost_notifications_delivered_total", labels(tenant=first.tenant, provider="sms")
+        ]
+        == 0
+    )
+    for provider in ("sms", "mail", "push"):
+        rest = [p for p in pairs[PAIRS_SHOWN:] if p.provider == provider]
+        key = labels(tenant=OTHERS, provider=provider)
+        assert delivered["omnipost_notifications_delivered_total", key] == sum(
+            p.delivered for p in rest
+        )
+        assert samples["omnipost_notifications_dead_total", key] == len(rest)
+    assert sum(delivered.values()) == sum(p.delivered for p in pairs)  # nothing lost, nothing twice
