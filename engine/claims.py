@@ -5,10 +5,11 @@ A claim costs about the same whatever it leases, so at many tenants it should se
 yet a key must not take the turns of the keys behind it, and asks its buckets cannot grant are
 work for nothing. So, for the first keys of a line (at most ``KEYS_PER_CLAIM``):
 
-- each asks for its due rows, within its **turn**: for a paced key the senders' room shared by
-  the keys of its line (``QUANTUM`` at least), so a tenant with a deep backlog and tokens to
-  spare takes a turn, not the turns of thousands of small ones; a key no limit paces may take
-  the whole room (the senders' turns share those);
+- each asks for its due rows, within its **turn**: for a paced key in a line longer than one
+  claim serves, the senders' room shared by the keys of its line (``QUANTUM`` at least), so a
+  tenant with a deep backlog and tokens to spare takes a turn, not the turns of thousands of
+  small ones; in a short line, or for a key no limit paces, the whole room (smaller asks there
+  only made more claims, and sends that bunched a little more at the provider);
 - keys are added until what their buckets are expected to grant fills the room: the **share**
   of their asks that the keys' own buckets granted lately, per provider (a hundred tenants whose
   buckets grant a token or two at a time share a claim), or, while a provider's bucket found
@@ -90,7 +91,7 @@ class ClaimMaker:
                 share = self._granted_share.get(key[1], 1.0)
                 share = share if share > 1 / KEYS_PER_CLAIM else 1 / KEYS_PER_CLAIM
                 fill = self._provider_can_grant(key[1], route, room)
-                turn = room // len(line) if route.paced else room
+                turn = room // len(line) if route.paced and len(line) > KEYS_PER_CLAIM else room
                 turn = turn if turn > QUANTUM else QUANTUM
                 turn = turn if turn < room else room
             due = book.due[key]
