@@ -215,7 +215,9 @@ _COMMANDS: dict[str, Command] = {
     "simulate": _simulate,
     "demo": lambda a, ctx: run.demo(ctx, a.count),
     "plan": _plan,
-    "stats": lambda a, ctx: stats.stats(ctx, redis_url=a.redis, as_json=a.json),
+    "stats": lambda a, ctx: stats.stats(
+        ctx, redis_url=a.redis, as_json=a.json, every=a.every, tenants=a.tenant
+    ),
     "dead list": lambda a, ctx: queue.dead_list(ctx, a.tenant, as_json=a.json),
     "dead retry": _dead_repair(retry=True),
     "dead discard": _dead_repair(retry=False),

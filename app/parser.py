@@ -307,6 +307,15 @@ def _run_parsers(sub: Any, common: _Parser) -> None:
     p.add_argument("--count", type=_positive_int, default=300)
 
     p = sub.add_parser("stats", parents=[common], help="queue depth, throughput, workers, limits")
+    p.add_argument(
+        "--all",
+        dest="every",
+        action="store_true",
+        help="every tenant (default: the 20 with the most queued, when there are more)",
+    )
+    p.add_argument(
+        "--tenant", action="append", default=[], metavar="NAME", help="only this tenant (repeat)"
+    )
     p.add_argument("--json", action="store_true")
     _redis_arg(p)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.cli_support import Cli
+from tests.cli_support import Cli, assert_one_sentence
 
 SECRETS = ("s3cret-signing-key", "Bearer t0ken-for-the-hook", "n3w-signing-key")
 
@@ -354,3 +354,61 @@ def test_provider_test_sends_one_message(cli: Cli, tmp_path: Path) -> None:
     assert line["provider"] == "audit"
     assert line["idempotency_key"].startswith("test-")
     assert depth(cli) == {}  # a test send is not queued
+
+
+def test_stats_at_many_tenants_lists_the_deepest_and_the_totals(cli: Cli, tmp_path: Path) -> None:
+    """Past 20 tenants, stats lists the 20 with the most queued (read inside the database, as
+    a console's glance reads them) and the totals over every tenant; --all lists them all,
+    --tenant only the named."""
+    names = [f"t{i:02d}" for i in range(25)]
+    tenants = tmp_path / "tenants.jsonl"
+    tenants.write_text("".join(json.dumps({"name": n}) + "\n" for n in names), encoding="utf-8")
+    cli.ok("tenant", "import", str(tenants))
+    cli.ok("provider", "add", "sim", "--kind", "simulated")
+    batch = tmp_path / "batch.jsonl"
+    items = [  # t00 has none queued, t01 one, ... t24 twenty-four
+        {"tenant": n, "provider": "sim", "recipient": "+15550000000", "key": f"{n}-{j}"}
+        for i, n in enumerate(names)
+        for j in range(i)
+    ]
+    batch.write_text("".join(json.dumps(item) + "\n" for item in items), encoding="utf-8")
+    cli.ok("enqueue", "--file", str(batch))
+
+    stats = cli.json("stats")
+    assert [d["tenant"] for d in stats["depth"]] == [f"t{i:02d}" for i in range(24, 4, -1)]
+    assert [d["queued"] for d in stats["depth"]] == list(range(24, 4, -1))
+    assert stats["queue"] == {
+        "queued": sum(range(25)),
+        "leased": 0,
+        "delivered": 0,
+        "dead": 0,
+        "tenants_queued": 24,
+    }
+    assert stats["tenants"] == {"total": 25, "all_read": False}
+    assert set(stats["limits"]) == {f"tenant:{d['tenant']}" for d in stats["depth"]} | {
+        "provider:sim"
+    }
+    text = cli.ok("stats")
+    assert (
+        "all 25 tenants: queued 300, in flight 0, delivered 0, dead 0; 24 with queued work" in text
+    )
+    assert "listed: the 20 with the most queued (--all lists every tenant" in text
+    assert re.search(r"^t05 +5 ", text, re.MULTILINE) and not re.search(r"^t04 ", text, re.M)
+
+    every = cli.json("stats", "--all")
+    assert {d["tenant"]: d["queued"] for d in every["depth"]} == {
+        n: i for i, n in enumerate(names) if i
+    }
+    assert every["tenants"] == {"total": 25, "all_read": True}
+    assert every["queue"] == stats["queue"]
+    assert len(every["limits"]) == 26
+
+    one = cli.json("stats", "--tenant", "t03", "--tenant", "t00")
+    assert [d["tenant"] for d in one["depth"]] == ["t03"]  # t00 has nothing at all
+    assert set(one["limits"]) == {"tenant:t00", "tenant:t03", "provider:sim"}
+    assert "listed:" not in cli.ok("stats", "--tenant", "t03")
+
+    missing = cli("stats", "--tenant", "nobody")
+    assert missing.code == 2  # as every name that is not there
+    assert "no tenant named 'nobody'" in missing.err
+    assert_one_sentence(missing.err)
