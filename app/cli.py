@@ -22,6 +22,7 @@ from app.config import Paths, load_box
 from app.metrics import metrics_address
 from app.output import RETENTION_WINDOWS
 from app.parser import EXIT_USAGE, build_parser, one_line
+from app.screen import no_screen, xcb_problem
 from app.session import Context, store_url
 from engine import (
     BacklogTraffic,
@@ -230,7 +231,7 @@ _COMMANDS: dict[str, Command] = {
 
 def _run_gui(module: str, args: argparse.Namespace, ctx: Context) -> int:
     """Run ``app.<module>.main``; Qt is imported only here, so the CLI works without it."""
-    if module == "console" and _no_screen():
+    if module == "console" and no_screen(os.environ):
         raise ConfigError(
             "the console needs a screen, and neither DISPLAY nor WAYLAND_DISPLAY is set; "
             "run `omnipost demo` for a burst in the terminal, or `omnipost self-test`."
@@ -242,15 +243,11 @@ def _run_gui(module: str, args: argparse.Namespace, ctx: Context) -> int:
             f"the console needs PySide6, qasync, pyqtgraph and numpy ({exc.name} is missing): "
             "pip install 'omnipost[console]'."
         ) from None
+    problem = xcb_problem(os.environ) if module == "console" else None
+    if problem is not None:  # Qt would abort with its own page of text
+        raise OmniPostError(problem)
     result: int = gui.main(args, ctx)
     return result
-
-
-def _no_screen() -> bool:
-    """On Linux without X or Wayland (and no platform chosen), Qt would abort: say so first."""
-    if not sys.platform.startswith("linux") or os.environ.get("QT_QPA_PLATFORM"):
-        return False
-    return not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -1,9 +1,9 @@
 """Reference text from the provider kinds' own declarations (``engine.PROVIDER_KINDS``).
 
 ``omnipost provider kinds [--json]`` lists each kind's options for people and scripts;
-``python -m app.docs provider-options`` prints the README's options table, which lives between
-the markers below and is checked against this output by the tests, so it cannot drift from
-what a provider accepts.
+``python -m app.docs provider-options`` prints the options table of docs/providers.md, which
+lives between the markers below and is checked against this output by the tests, so it cannot
+drift from what a provider accepts.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ __all__ = [
     "END",
     "kinds_json",
     "main",
+    "page_table",
     "provider_kinds",
     "provider_options_table",
-    "readme_table",
 ]
 
 BEGIN = "<!-- provider-options:begin -->"
@@ -44,13 +44,13 @@ def provider_options_table(kinds: Iterable[ProviderKind] | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def readme_table(readme: str) -> str:
-    """The text between the markers of ``readme`` (README.md's content); raises ValueError
-    when they are missing."""
-    start, end = readme.find(BEGIN), readme.find(END)
+def page_table(page: str) -> str:
+    """The text between the markers of ``page`` (docs/providers.md's content); raises
+    ValueError when they are missing."""
+    start, end = page.find(BEGIN), page.find(END)
     if start < 0 or end < start:
-        raise ValueError(f"README.md has no {BEGIN} ... {END} section")
-    return readme[start + len(BEGIN) : end].strip("\n") + "\n"
+        raise ValueError(f"docs/providers.md has no {BEGIN} ... {END} section")
+    return page[start + len(BEGIN) : end].strip("\n") + "\n"
 
 
 def kinds_json() -> list[dict[str, Any]]:
@@ -92,7 +92,7 @@ async def provider_kinds(*, as_json: bool) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m app.docs provider-options``: print the README's table."""
+    """``python -m app.docs provider-options``: print the table of docs/providers.md."""
     args = sys.argv[1:] if argv is None else list(argv)
     if args != ["provider-options"]:
         print("usage: python -m app.docs provider-options", file=sys.stderr)

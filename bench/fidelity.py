@@ -8,7 +8,7 @@ simulated provider at 0 ms, and the delivery log's timestamps are read back.
 
 Reported per run: ``achieved / ideal`` at the end of the run; the most deliveries in any window
 of W seconds (sliding: one window starts at every delivery, closed at both ends) against the
-envelope ``burst + rate * W + 1`` (docs/architecture.md), and against the bound the README
+envelope ``burst + rate * W + 1`` (docs/architecture.md), and against the bound docs/deployment.md
 states for what a provider sees, ``burst + rate * (W + 0.02) + 1`` (a send goes out at most
 ``token_lag_s`` after its token, plus the moment to the provider's clock); and a short
 timeline for the plot.
@@ -35,7 +35,7 @@ from engine import Limit, LocalLimiter, SystemClock, worst_window
 from engine.redis_limiter import RedisLimiter
 
 WINDOWS_S = (0.1, 0.5, 1.0, 2.0)
-STATED_LAG_S = 0.02  # README: "within a stated lag of 20 ms"
+STATED_LAG_S = 0.02  # docs/deployment.md: "within a stated lag of 20 ms"
 TIMELINE_POINTS = 40
 
 

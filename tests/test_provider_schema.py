@@ -1,5 +1,5 @@
 """Each provider kind declares its options; validation, the CLI, the console's hints and the
-README's table all come from that one declaration."""
+options table of docs/providers.md all come from that one declaration."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
-from app.docs import provider_options_table, readme_table
+from app.docs import page_table, provider_options_table
 from engine import (
     BUILTIN_KINDS,
     COMMON_OPTIONS,
@@ -21,7 +21,7 @@ from engine import (
 from tests.cli_support import Cli, assert_one_sentence
 from tests.ui_support import OFFSCREEN_NOISE, console
 
-README = Path(__file__).parents[1] / "README.md"
+PROVIDERS_PAGE = Path(__file__).parents[1] / "docs" / "providers.md"
 # Enough for every kind to build: its required options and nothing else.
 MINIMAL = {
     "simulated": {},
@@ -31,9 +31,9 @@ MINIMAL = {
 }
 
 
-def test_the_readme_table_is_the_generated_one() -> None:
-    assert readme_table(README.read_text(encoding="utf-8")) == provider_options_table(), (
-        "README.md's provider options table is stale: paste `python -m app.docs "
+def test_the_providers_page_table_is_the_generated_one() -> None:
+    assert page_table(PROVIDERS_PAGE.read_text(encoding="utf-8")) == provider_options_table(), (
+        "docs/providers.md's options table is stale: paste `python -m app.docs "
         "provider-options` between its provider-options markers"
     )
 

@@ -243,7 +243,8 @@ async def test_four_workers_share_limits(
 
 # The dispatcher sends no later than ``token_lag_s`` (10 ms) after a send's token was taken (an
 # older one is replaced), so the provider sees the envelope within that and the few
-# milliseconds between the check and the file's ``ts``: 20 ms is the bound the README states.
+# milliseconds between the check and the file's ``ts``: 20 ms is the bound docs/deployment.md
+# states.
 PROVIDER_LAG_S = 0.02
 SMALL_WINDOWS_S = (0.1, 0.25, 0.5, 1.0, 2.0)
 CROWD = Plan(

@@ -4,7 +4,8 @@
 sentence naming the bad option; it does no I/O, so it also validates a configuration before
 it is saved. Close every provider built with ``aclose``. ``PROVIDER_KINDS`` holds each kind's
 declaration (``ProviderKind``: its options, secrets, types and defaults), from which the
-validation, the console's hints, ``omnipost provider kinds`` and the README's table come.
+validation, the console's hints, ``omnipost provider kinds`` and the options table of
+docs/providers.md come.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ A ``ProviderKind`` names its options and secrets as ``OptionSpec``s: type, defau
 required, bounds, choices and a line of help. ``ProviderKind.read`` checks a configuration
 against them (unknown names, required ones, types, ranges: one sentence naming the first bad
 option, via ``Options``) and hands the provider typed values. The console's hints, the CLI's
-``provider kinds`` and the README's options table come from the same declarations, so they
-cannot drift from what a provider accepts.
+``provider kinds`` and the options table of docs/providers.md come from the same declarations,
+so they cannot drift from what a provider accepts.
 
 ``COMMON_OPTIONS`` are taken by every kind (the circuit breaker's); a common option is one more
 entry there.
