@@ -1,264 +1,24 @@
 """``omnipost``: the command line. Exit 0 on success, 2 on bad input or usage (one sentence on
 stderr), 1 on a runtime failure; never a traceback.
 
-This module turns the parsed flags into each command's typed parameters (``app.commands``
-never sees argparse) and the errors into sentences."""
+This module parses the flags and turns errors into sentences; what a command runs is
+``app.bindings``, imported once the flags are parsed: ``omnipost --version`` and ``--help``
+answer without the store, the engine or the providers.
+"""
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import importlib
 import logging
 import os
 import sys
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from app import docs
-from app.commands import configure, keys, plan, queue, retention, run, stats
-from app.commands.configure import KEEP, Keep
-from app.config import Paths, load_box
-from app.metrics import metrics_address
-from app.output import RETENTION_WINDOWS
 from app.parser import EXIT_USAGE, build_parser, one_line
-from app.screen import no_screen, xcb_problem
-from app.session import Context, store_url
-from engine import (
-    BacklogTraffic,
-    BurstTraffic,
-    ConfigError,
-    Conflict,
-    Limit,
-    LimitChange,
-    NotFound,
-    OmniPostError,
-    Pattern,
-    ReplayTraffic,
-    Traffic,
-    limit_of,
-)
+from engine import ConfigError, Conflict, NotFound, OmniPostError
 
 __all__ = ["build_parser", "main"]
 
 EXIT_FAILURE = 1
-
-Command = Callable[[argparse.Namespace, Context], Coroutine[Any, Any, int]]
-
-
-def _limit_change(a: argparse.Namespace) -> configure.LimitChange:
-    """The limit ``--rate``/``--burst`` ask for, None for ``--unlimited`` or ``--clear``,
-    KEEP when no limit flag was given."""
-    if getattr(a, "unlimited", False) or getattr(a, "clear", False):
-        if a.rate is not None or a.burst is not None:
-            raise ConfigError("give either --unlimited or --rate/--burst, not both.")
-        return None
-    if a.rate is None:
-        if a.burst is not None:
-            raise ConfigError("--burst needs --rate as well.")
-        return KEEP
-    return limit_of(a.rate, a.burst)
-
-
-def _new_limit(a: argparse.Namespace) -> Limit | None:
-    """The limit of something new: none unless flags give one."""
-    limit = _limit_change(a)
-    return None if isinstance(limit, Keep) else limit
-
-
-def _tenant_set(a: argparse.Namespace, ctx: Context) -> Coroutine[Any, Any, int]:
-    limit = _limit_change(a)
-    if isinstance(limit, Keep) and a.enabled is None:
-        raise ConfigError(
-            "nothing to change; give --rate/--burst, --unlimited, --enable or --disable."
-        )
-    return configure.tenant_set(ctx, a.name, limit=limit, enabled=a.enabled)
-
-
-def _provider_add(a: argparse.Namespace, ctx: Context) -> Coroutine[Any, Any, int]:
-    options, secrets = dict(a.option), dict(a.secret)
-    return configure.provider_add(ctx, a.name, a.kind, _new_limit(a), options, secrets)
-
-
-def _provider_set(a: argparse.Namespace, ctx: Context) -> Coroutine[Any, Any, int]:
-    limit = _limit_change(a)
-    if isinstance(limit, Keep) and not (a.kind or a.option or a.secret):
-        raise ConfigError("nothing to change; give --kind, --rate, --option or --secret.")
-    return configure.provider_set(
-        ctx, a.name, kind=a.kind, limit=limit, options=dict(a.option), secrets=dict(a.secret)
-    )
-
-
-def _limit_set(a: argparse.Namespace, ctx: Context) -> Coroutine[Any, Any, int]:
-    limit = _limit_change(a)
-    if isinstance(limit, Keep):
-        raise ConfigError("give --rate (and --burst), or --clear.")
-    return configure.limit_set(ctx, a.tenant, a.provider, limit)
-
-
-def _enqueue(a: argparse.Namespace, ctx: Context) -> Coroutine[Any, Any, int]:
-    if a.file is not None:
-        if a.tenant or a.provider or a.recipient or a.key:
-            raise ConfigError("give either --file or TENANT PROVIDER RECIPIENT, not both.")
-        return queue.enqueue_file(ctx, a.file)
-    if not (a.tenant and a.provider and a.recipient):
-        raise ConfigError("enqueue needs TENANT PROVIDER RECIPIENT, or --file PATH.")
-    return queue.enqueue(
-        ctx, a.tenant, a.provider, a.recipient, payload=a.payload, key=a.key, priority=a.priority
-    )
-
-
-def _dead_repair(*, retry: bool) -> Command:
-    def command(a: argparse.Namespace, ctx: Context) -> Coroutine[Any, Any, int]:
-        if bool(a.ids) == bool(a.all):
-            raise ConfigError("give the IDs of dead notifications, or --all.")
-        ids = None if a.all else list(a.ids)
-        return queue.dead_repair(ctx, ids, retry=retry, tenant=a.tenant)
-
-    return command
-
-
-def _worker(a: argparse.Namespace, ctx: Context) -> Coroutine[Any, Any, int]:
-    return run.worker(
-        ctx,
-        run.WorkerRun(
-            concurrency=a.concurrency,
-            lease_s=a.lease_s,
-            prefetch=a.prefetch,
-            until_empty=a.until_empty,
-            duration_s=a.duration,
-            quiet=a.quiet,
-            redis_url=a.redis,
-            metrics=metrics_address(a.metrics_port, a.metrics_host),
-        ),
-    )
-
-
-def _simulate(a: argparse.Namespace, ctx: Context) -> Coroutine[Any, Any, int]:
-    return run.simulate(
-        ctx,
-        run.Burst(
-            tenants=tuple(t.strip() for t in a.tenant.split(",") if t.strip()),
-            provider=a.provider,
-            count=a.count,
-            pattern=Pattern(a.pattern),
-            duration_s=a.duration,
-            concurrency=a.concurrency,
-            dispatch=not a.no_dispatch,
-            redis_url=a.redis,
-        ),
-    )
-
-
-def _plan(a: argparse.Namespace, ctx: Context) -> Coroutine[Any, Any, int]:
-    changes = tuple(LimitChange.parse(text) for text in a.set)
-    return plan.plan(
-        ctx, _plan_traffic(a), changes=changes, concurrency=a.concurrency, as_json=a.json
-    )
-
-
-def _plan_traffic(a: argparse.Namespace) -> Traffic:
-    """The one traffic ``plan`` was given: a burst, ``--backlog`` or ``--replay``."""
-    burst = a.tenant is not None
-    if burst + a.backlog + (a.replay is not None) != 1:
-        raise ConfigError(
-            "give one traffic to plan: TENANT[,TENANT...] PROVIDER --count N, "
-            "--backlog, or --replay HOURS."
-        )
-    if a.speed is not None and a.replay is None:
-        raise ConfigError("--speed goes with --replay HOURS.")
-    if not burst:
-        if a.count is not None or a.pattern is not None or a.duration is not None:
-            raise ConfigError(
-                "--count, --pattern and --duration shape a burst; not with --backlog or --replay."
-            )
-        if a.backlog:
-            return BacklogTraffic()
-        return ReplayTraffic(a.replay, 1.0 if a.speed is None else a.speed)
-    if a.provider is None or a.count is None:
-        raise ConfigError("a burst to plan needs TENANT[,TENANT...] PROVIDER --count N.")
-    tenants = tuple(t.strip() for t in a.tenant.split(",") if t.strip())
-    if not tenants:
-        raise ConfigError("name at least one tenant.")
-    pattern = Pattern(a.pattern) if a.pattern is not None else Pattern.SPIKE
-    return BurstTraffic(tenants, a.provider, a.count, pattern, a.duration or 0.0)
-
-
-def _retention_set(a: argparse.Namespace, ctx: Context) -> Coroutine[Any, Any, int]:
-    ages = {field: getattr(a, field) for _, field, _ in RETENTION_WINDOWS if field in a}
-    if not ages:
-        raise ConfigError("nothing to change; give --delivered, --dead, --log or --audit.")
-    return retention.retention_set(ctx, ages)
-
-
-# Each command by its words on the command line.
-_COMMANDS: dict[str, Command] = {
-    "migrate": lambda a, ctx: configure.migrate(ctx),
-    "tenant add": lambda a, ctx: configure.tenant_add(
-        ctx, a.name, _new_limit(a), enabled=a.enabled is not False
-    ),
-    "tenant set": _tenant_set,
-    "tenant list": lambda a, ctx: configure.tenant_list(ctx, as_json=a.json),
-    "tenant import": lambda a, ctx: configure.tenant_import(
-        ctx, a.file, update=a.update, as_json=a.json
-    ),
-    "tenant export": lambda a, ctx: configure.tenant_export(ctx, a.output),
-    "provider add": _provider_add,
-    "provider set": _provider_set,
-    "provider list": lambda a, ctx: configure.provider_list(ctx, as_json=a.json),
-    "provider kinds": lambda a, ctx: docs.provider_kinds(as_json=a.json),
-    "provider test": lambda a, ctx: configure.provider_test(ctx, a.name, a.recipient),
-    "provider resume": lambda a, ctx: configure.provider_resume(ctx, a.name),
-    "limit set": _limit_set,
-    "limit list": lambda a, ctx: configure.limit_list(ctx, as_json=a.json),
-    "enqueue": _enqueue,
-    "worker": _worker,
-    "simulate": _simulate,
-    "demo": lambda a, ctx: run.demo(ctx, a.count),
-    "plan": _plan,
-    "stats": lambda a, ctx: stats.stats(
-        ctx, redis_url=a.redis, as_json=a.json, every=a.every, tenants=a.tenant
-    ),
-    "dead list": lambda a, ctx: queue.dead_list(ctx, a.tenant, as_json=a.json),
-    "dead retry": _dead_repair(retry=True),
-    "dead discard": _dead_repair(retry=False),
-    "retention show": lambda a, ctx: retention.retention_show(ctx, as_json=a.json),
-    "retention set": _retention_set,
-    "prune": lambda a, ctx: retention.prune(ctx, dry_run=a.dry_run, as_json=a.json),
-    "keys rotate": lambda a, ctx: keys.rotate(ctx, dry_run=a.dry_run, as_json=a.json),
-}
-
-
-def _run_gui(module: str, args: argparse.Namespace, ctx: Context) -> int:
-    """Run ``app.<module>.main``; Qt is imported only here, so the CLI works without it."""
-    if module == "console" and no_screen(os.environ):
-        raise ConfigError(
-            "the console needs a screen, and neither DISPLAY nor WAYLAND_DISPLAY is set; "
-            "run `omnipost demo` for a burst in the terminal, or `omnipost self-test`."
-        )
-    try:
-        gui = importlib.import_module(f"app.{module}")
-    except ImportError as exc:
-        raise OmniPostError(
-            f"the console needs PySide6, qasync, pyqtgraph and numpy ({exc.name} is missing): "
-            "pip install 'omnipost[console]'."
-        ) from None
-    problem = xcb_problem(os.environ) if module == "console" else None
-    if problem is not None:  # Qt would abort with its own page of text
-        raise OmniPostError(problem)
-    result: int = gui.main(args, ctx)
-    return result
-
-
-def _run(args: argparse.Namespace) -> int:
-    paths = Paths.from_env()
-    if args.command == "keys" and args.action == "new":  # needs no store, nor the keys
-        return keys.new_key(paths, add=args.add)
-    ctx = Context(paths, store_url(args.db or args.db_top, paths), load_box(paths))
-    if args.command is None or args.command in ("console", "self-test"):
-        return _run_gui(args.gui, args, ctx)
-    words = " ".join(w for w in (args.command, getattr(args, "action", None)) if w)
-    return asyncio.run(_COMMANDS[words](args, ctx))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -268,7 +28,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        return _run(args)
+        from app.bindings import run_command  # the commands' imports, once a command runs
+
+        return run_command(args)
     except (ConfigError, NotFound, Conflict) as exc:
         print(f"omnipost: {one_line(exc.message)}", file=sys.stderr)
         return EXIT_USAGE

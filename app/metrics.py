@@ -20,11 +20,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from types import TracebackType
 from typing import Self
 from wsgiref.simple_server import WSGIServer
@@ -38,7 +36,8 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
-from engine import CircuitState, ConfigError, EngineState, OmniPostError, Snapshot, SnapshotView
+from app.metrics_address import DEFAULT_HOST, PORT_ENV, MetricsAddress, metrics_address, parse_port
+from engine import CircuitState, EngineState, OmniPostError, Snapshot, SnapshotView
 
 __all__ = [
     "DEFAULT_HOST",
@@ -56,8 +55,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_HOST = "127.0.0.1"  # this host only, unless --metrics-host says otherwise
-PORT_ENV = "OMNIPOST_METRICS_PORT"
 _REFRESH_S = 1.0
 
 SnapshotSource = Callable[[], Awaitable[Snapshot]]
@@ -65,49 +62,6 @@ SnapshotSource = Callable[[], Awaitable[Snapshot]]
 # What a scrape shows: the store-wide totals per state (read every 5 s), the 20 deepest
 # tenants' queues, and the emptiest and busiest 16 buckets among those taken from lately.
 METRICS_VIEW = SnapshotView(emptiest=16, busiest=16, matched=0, deepest=20, totals_every_s=5.0)
-
-
-@dataclass(frozen=True, slots=True)
-class MetricsAddress:
-    """Where the endpoint listens."""
-
-    port: int
-    host: str = DEFAULT_HOST
-
-    @property
-    def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/metrics"
-
-
-def parse_port(text: str) -> int:
-    """A TCP port from 1 to 65535; ConfigError (one sentence, without the full stop that the
-    parser adds) otherwise."""
-    try:
-        port = int(text.strip())
-    except ValueError:
-        raise ConfigError(f"expected a port number, got {text[:40]!r}") from None
-    if not 1 <= port <= 65535:
-        raise ConfigError(f"a port must be from 1 to 65535, got {port}")
-    return port
-
-
-def metrics_address(
-    port: int | None, host: str | None, environ: Mapping[str, str] = os.environ
-) -> MetricsAddress | None:
-    """The endpoint ``--metrics-port``/``--metrics-host`` ask for, the port defaulting to
-    ``$OMNIPOST_METRICS_PORT``; None when neither gives a port. Raises ConfigError for a bad
-    ``$OMNIPOST_METRICS_PORT`` or a host without a port."""
-    if port is None and environ.get(PORT_ENV, "").strip():
-        try:
-            port = parse_port(environ[PORT_ENV])
-        except ConfigError as exc:
-            raise ConfigError(f"{PORT_ENV}: {exc.message}.") from None
-    if port is None:
-        if host is not None:
-            raise ConfigError(f"--metrics-host needs --metrics-port (or {PORT_ENV}).")
-        return None
-    return MetricsAddress(port, host or DEFAULT_HOST)
 
 
 # -- from a snapshot to metric families --------------------------------------------------------

@@ -4,15 +4,15 @@ read. A usage error is one sentence on stderr and exit 2 (``app.cli`` runs the c
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from app.metrics import DEFAULT_HOST, PORT_ENV, parse_port
+from app.metrics_address import DEFAULT_HOST, PORT_ENV, parse_port
 from app.output import RETENTION_WINDOWS
 from app.parser_tenants import limit_args, tenant_parsers
-from engine import PROVIDER_KINDS, ConfigError, Pattern, parse_age
+from engine import ConfigError, Pattern, parse_age
 
 __all__ = ["EXIT_USAGE", "build_parser", "one_line"]
 
@@ -32,10 +32,23 @@ def one_line(message: str) -> str:
 
 
 def _version() -> str:
+    import importlib.metadata  # slow to import: only for --version
+
     try:
         return importlib.metadata.version("omnipost")
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
+
+
+class _Version(argparse.Action):
+    """``--version``: the version read when asked, not each time the parser is built."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="show the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: Any, **_kwargs: Any) -> None:
+        print(f"omnipost {_version()}")  # on stdout, as argparse's own version action
+        parser.exit()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -156,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="omnipost", description="Rate-limited multi-tenant notification dispatch."
     )
-    parser.add_argument("--version", action="version", version=f"omnipost {_version()}")
+    parser.add_argument("--version", action=_Version)
     parser.add_argument("--db", dest="db_top", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--demo", action="store_true", help=argparse.SUPPRESS)  # for the console
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -369,7 +382,8 @@ def _provider_parsers(sub: Any, common: _Parser) -> None:
         p.add_argument(
             "--kind",
             required=action == "add",
-            help=f"{', '.join(PROVIDER_KINDS)}; `omnipost provider kinds` lists their options",
+            help="simulated, file, webhook, smtp or your own; `omnipost provider kinds` lists"
+            " them with their options",
         )
         limit_args(p)
         p.add_argument(

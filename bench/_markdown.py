@@ -16,6 +16,7 @@ import _sections as sections
 import jinja2
 from _console_section import console as console_section
 from _sections import Data
+from _startup_section import startup as startup_section
 from _tenants_section import tenants as tenants_section
 from tabulate import tabulate
 
@@ -64,6 +65,7 @@ def render(
         plan=section("plan", sections.plan),
         console=section("console", console_section),
         tenants=section("tenants", tenants_section),
+        startup=section("startup", startup_section),
         micro=sections.micro(data.get("bucket"), data.get("redis_limiter")),
     )
     return reflow(page)

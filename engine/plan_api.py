@@ -13,6 +13,7 @@ import math
 import random
 import statistics
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from engine.domain import Outcome
 from engine.errors import ConfigError, NotFound
@@ -27,12 +28,14 @@ from engine.plan_model import (
     ReplayTraffic,
     Traffic,
 )
-from engine.planner import Arrival, PlanSetup, run_plan
 from engine.providers.base import ProviderConfig
 from engine.providers.simulated import KIND as SIMULATED
 from engine.providers.simulated import SimulatedProvider
 from engine.simulate import schedule
 from engine.store import ProviderRecord, SendSample
+
+if TYPE_CHECKING:  # the planner is loaded by the first plan: other commands start without it
+    from engine.planner import Arrival, PlanSetup
 
 __all__ = ["MAX_PLANNED", "PlanApi"]
 
@@ -76,6 +79,8 @@ class PlanApi(EngineParts):
         samples = await self.store.stats.recent_sends(_SAMPLE)
         dispatch = self.settings.dispatch
         concurrency = running or self.dispatcher.concurrency
+        from engine.planner import PlanSetup
+
         return PlanSetup(
             tenants=tuple(tenants),
             providers=tuple(providers),
@@ -91,6 +96,8 @@ class PlanApi(EngineParts):
         if isinstance(traffic, BacklogTraffic):
             backlog = await self.store.queue.backlog()
             _check_size(sum(backlog.values()), "the backlog")
+            from engine.planner import Arrival
+
             return [Arrival(0.0, t, p, n) for (t, p), n in sorted(backlog.items())]
         return await self._replay(traffic)
 
@@ -100,6 +107,8 @@ class PlanApi(EngineParts):
         _check_size(len(rows), f"the last {traffic.hours:g}h")
         # The replay starts with the window's first enqueue, not at its edge.
         first = rows[0].enqueued_at if rows else since
+        from engine.planner import Arrival
+
         return [
             Arrival(
                 (r.enqueued_at - first) / traffic.speed, r.tenant_id, r.provider_id, 1, r.priority
@@ -111,6 +120,8 @@ class PlanApi(EngineParts):
 def _plan_both(
     current: PlanSetup, proposed: PlanSetup | None, arrivals: Sequence[Arrival], seed: int
 ) -> tuple[PlanResult, PlanResult | None]:
+    from engine.planner import run_plan
+
     first = run_plan(current, arrivals, seed=seed)
     return first, (run_plan(proposed, arrivals, seed=seed) if proposed is not None else None)
 
@@ -128,6 +139,8 @@ def _burst(traffic: BurstTraffic, setup: PlanSetup, seed: int) -> list[Arrival]:
     _check_size(traffic.count * len(traffic.tenants), "the burst")
     offsets = schedule(traffic.pattern, traffic.count, traffic.duration_s, random.Random(seed))
     provider_id = providers[traffic.provider]
+    from engine.planner import Arrival
+
     arrivals: list[Arrival] = []
     for at_s, count in _runs(offsets):
         arrivals.extend(

@@ -10,19 +10,19 @@ import asyncpg
 import pytest
 
 from engine.errors import Conflict, NotFound, StoreError, StoreUnavailable
-from engine.store.database import _Locked, _translated
+from engine.store.translate import Locked, translated
 
 
 @pytest.mark.parametrize(
     ("raised", "expected"),
     [
-        (sqlite3.OperationalError("database is locked"), _Locked),
+        (sqlite3.OperationalError("database is locked"), Locked),
         (sqlite3.OperationalError("disk I/O error"), StoreUnavailable),
         (sqlite3.IntegrityError("FOREIGN KEY constraint failed"), NotFound),
         (sqlite3.IntegrityError("UNIQUE constraint failed: notifications.id"), Conflict),
         (sqlite3.DatabaseError("file is not a database"), StoreError),
-        (asyncpg.DeadlockDetectedError("deadlock detected"), _Locked),
-        (asyncpg.SerializationError("could not serialize access"), _Locked),
+        (asyncpg.DeadlockDetectedError("deadlock detected"), Locked),
+        (asyncpg.SerializationError("could not serialize access"), Locked),
         (asyncpg.ForeignKeyViolationError("violates foreign key constraint"), NotFound),
         (asyncpg.UniqueViolationError("duplicate key value"), Conflict),
         (asyncpg.AdminShutdownError("terminating connection"), StoreUnavailable),
@@ -36,7 +36,7 @@ async def test_driver_errors_become_the_stores_errors(
     raised: Exception, expected: type[Exception]
 ) -> None:
     with pytest.raises(expected) as caught:
-        async with _translated():
+        async with translated():
             raise raised
     assert caught.value.__cause__ is raised
     if isinstance(caught.value, StoreError):

@@ -171,3 +171,25 @@ async def test_ensure_current_refuses_an_unknown_revision(store_url: str, box: S
     async with Store(store_url, box) as store:
         with pytest.raises(StoreError, match=rf"is not migrated \(at 0000, needs {HEAD}\)"):
             await store.ensure_current()
+
+
+def test_the_known_head_is_the_newest_script() -> None:
+    """Commands check a store's revision against ``HEAD`` without loading the scripts."""
+    scripts = ScriptDirectory.from_config(store_module._alembic_config())
+    assert scripts.get_current_head() == store_module.HEAD
+
+
+async def test_the_revision_is_read_as_alembic_reads_it(store_url: str, box: SecretBox) -> None:
+    async with Store(store_url, box) as store:
+        assert await store.revision() is None
+        await store.migrate()
+        assert await store.revision() == store_module.HEAD
+    engine = create_async_engine(normalize_url(store_url))
+    try:
+        async with engine.connect() as conn:
+            alembic_says = await conn.run_sync(
+                lambda c: MigrationContext.configure(c).get_current_revision()
+            )
+    finally:
+        await engine.dispose()
+    assert alembic_says == store_module.HEAD

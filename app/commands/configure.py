@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import sys
 import time
 from collections.abc import Mapping
@@ -11,6 +10,7 @@ from pathlib import Path
 from app.as_json import health_json, import_json, pair_json, provider_json, tenant_json
 from app.commands.base import open_engine, reading_engine
 from app.commands.jsonlines import read_lines
+from app.commands.keep import KEEP, Keep, LimitChange
 from app.output import print_json, print_table
 from app.session import Context, actor
 from app.wiring import build_store
@@ -46,16 +46,6 @@ __all__ = [
     "tenant_list",
     "tenant_set",
 ]
-
-
-class Keep(enum.Enum):
-    """No limit was asked for: leave the one configured as it is."""
-
-    LIMIT = "keep"
-
-
-KEEP = Keep.LIMIT
-LimitChange = Limit | None | Keep  # a new limit, None to remove it, or KEEP
 
 
 def _changes(limit: LimitChange) -> dict[str, Limit | None]:

@@ -37,15 +37,16 @@ import re
 import ssl
 from email.message import EmailMessage
 from email.utils import formatdate, parseaddr
-from typing import Self
-
-import aiosmtplib
+from typing import TYPE_CHECKING, Self
 
 from engine.domain import Message, SendResult
 from engine.errors import ConfigError
 from engine.providers._options import redact
 from engine.providers.base import ProviderConfig
 from engine.providers.schema import OptionSpec, ProviderKind
+
+if TYPE_CHECKING:  # imported when an SMTP provider first connects or fails: commands that
+    import aiosmtplib  # send no email start without it
 
 __all__ = ["KIND", "SPEC", "SmtpProvider", "message_id"]
 
@@ -80,6 +81,8 @@ def _address(text: str) -> str | None:
 
 def _reason(exc: BaseException, recipient: str, to: str) -> str:
     """One line naming the error (a server's reply as ``SMTP 535: ...``), recipient masked."""
+    import aiosmtplib
+
     if isinstance(exc, aiosmtplib.SMTPResponseException):
         return f"SMTP {exc.code}: {redact(exc.message, recipient, to) or 'no reason given'}"
     return f"{type(exc).__name__}: {redact(str(exc), recipient, to) or 'no reason given'}"
@@ -194,6 +197,8 @@ class SmtpProvider:
                 raise
 
     async def _deliver(self, email: EmailMessage, to: str, recipient: str) -> SendResult:
+        import aiosmtplib  # loaded by the first connection; a lookup from then on
+
         for tries_left in (1, 0):
             reused = self._smtp is not None and self._smtp.is_connected
             try:
@@ -228,6 +233,8 @@ class SmtpProvider:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _connection(self) -> aiosmtplib.SMTP:
+        import aiosmtplib
+
         if self._smtp is not None and self._smtp.is_connected:
             return self._smtp
         if self._tls_context is None and self.security != "none":
@@ -275,6 +282,8 @@ class SmtpProvider:
             smtp, self._smtp = self._smtp, None
             if smtp is None:
                 return
+            import aiosmtplib  # it connected: loaded
+
             try:
                 if smtp.is_connected:
                     await smtp.quit(timeout=min(self.timeout_s, 5.0))

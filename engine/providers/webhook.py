@@ -47,17 +47,18 @@ import re
 from collections.abc import Mapping
 from datetime import UTC
 from email.utils import parsedate_to_datetime
-from importlib.metadata import PackageNotFoundError, version
-from typing import Self
+from functools import cache
+from typing import TYPE_CHECKING, Self
 from urllib.parse import urlsplit
-
-import httpx
 
 from engine.clock import Clock, SystemClock
 from engine.domain import Message, SendResult
 from engine.errors import ConfigError
 from engine.providers._options import Options, redact
 from engine.providers.base import ProviderConfig
+
+if TYPE_CHECKING:  # imported when a webhook is first built: a command that sends none
+    import httpx  # (every command but the worker's) starts without it
 from engine.providers.schema import OptionSpec, ProviderKind
 
 __all__ = [
@@ -76,10 +77,24 @@ DEFAULT_RETRY_AFTER_S = 1.0
 MAX_RETRY_AFTER_S = 3600.0
 HEADER_PREFIX = "header."
 
-try:
-    USER_AGENT = f"OmniPost/{version('omnipost')}"
-except PackageNotFoundError:  # pragma: no cover - running from a bare source tree
-    USER_AGENT = "OmniPost/0"
+
+@cache
+def user_agent() -> str:
+    """``OmniPost/VERSION``, read from the package's metadata once (not at import: the
+    metadata reader is slow to import, and most commands build no webhook)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"OmniPost/{version('omnipost')}"
+    except PackageNotFoundError:  # pragma: no cover - running from a bare source tree
+        return "OmniPost/0"
+
+
+def __getattr__(name: str) -> str:
+    if name == "USER_AGENT":  # what ``user_agent()`` says, as a module constant
+        return user_agent()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _RESERVED = frozenset(
     {"content-type", "content-length", "host", "idempotency-key", "user-agent"}
@@ -209,6 +224,8 @@ class WebhookProvider:
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
+            import httpx
+
             self._client = httpx.AsyncClient(
                 verify=True,
                 follow_redirects=False,
@@ -245,10 +262,12 @@ class WebhookProvider:
             **self._headers,
             "Content-Type": "application/json",
             "Idempotency-Key": key,
-            "User-Agent": USER_AGENT,
+            "User-Agent": user_agent(),
         }
         if self._signing_key:
             headers[SIGNATURE_HEADER] = sign(self._signing_key, body, int(now))
+        import httpx  # already loaded by ``_http`` once a webhook sends
+
         try:
             response = await self._http().post(
                 self.url, content=body, headers=headers, timeout=self.timeout_s

@@ -11,18 +11,20 @@ import contextlib
 import logging
 import sqlite3
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from typing import Any, NoReturn, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
-import asyncpg
 import sqlalchemy as sa
 from sqlalchemy import event, exc
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from engine.errors import ConfigError, Conflict, NotFound, StoreError, StoreUnavailable
+from engine.errors import ConfigError, StoreError, StoreUnavailable
 from engine.policy import STORE_RETRY
+from engine.store.translate import Locked, pg_lost, translated
+
+# asyncpg is imported where Postgres needs it, once a Postgres store connects: a command on
+# SQLite starts without it.
 
 __all__ = ["Database", "masked_url", "normalize_url", "picked_once"]
 
@@ -166,7 +168,7 @@ class Database:
         """SQLite: run ``fn`` on a connection with no transaction open (for the statements
         SQLite refuses inside one), as this process's one writer."""
         assert self._write_lock is not None, "SQLite only"
-        async with self._write_lock, _translated(), self._raw.connect() as conn:
+        async with self._write_lock, translated(), self._raw.connect() as conn:
             return await fn(conn)
 
     async def write(self, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
@@ -223,21 +225,23 @@ class Database:
                 async with held.lock:
                     try:
                         return await self._on_lane(held, fn)
-                    except (StoreUnavailable, _Locked):
+                    except (StoreUnavailable, Locked):
                         pass  # its connection is gone (dropped), or a deadlock: the pool's way
                         # retries, as it does for any call
         return await self._on_pool(fn)
 
     async def _on_lane(self, held: _Lane, fn: Callable[[Any], Awaitable[T]]) -> T:
-        async with _translated():
+        async with translated():
             if held.conn is None:
                 held.conn = await self.engine.connect()
             conn = held.conn
             driver = (await conn.get_raw_connection()).driver_connection
+            import asyncpg  # Postgres only: loaded by its connection
+
             try:
                 result: T = await fn(driver)
             except asyncpg.PostgresError as err:
-                if isinstance(err, _PG_LOST):
+                if isinstance(err, pg_lost()):
                     held.conn = None
                     await _drop(conn)
                 raise
@@ -251,10 +255,12 @@ class Database:
 
         async def run(conn: AsyncConnection) -> T:
             driver = (await conn.get_raw_connection()).driver_connection
+            import asyncpg  # Postgres only: loaded by its connection
+
             try:
                 result: T = await fn(driver)
             except asyncpg.PostgresError as err:
-                if isinstance(err, _PG_LOST):  # the server ended the session
+                if isinstance(err, pg_lost()):  # the server ended the session
                     await _invalidate(conn)
                 raise
             except BaseException:
@@ -280,7 +286,7 @@ class Database:
         for attempt in range(1, _RETRIES + 1):
             delay_s = STORE_RETRY.delay_s(attempt)
             try:
-                async with _translated(), engine.connect() as conn:
+                async with translated(), engine.connect() as conn:
                     if not transaction:
                         return await fn(conn)
                     async with conn.begin():
@@ -289,7 +295,7 @@ class Database:
                 if attempt == _RETRIES:
                     raise
                 log.info("store connection lost; retrying in %.2fs", delay_s)
-            except _Locked:
+            except Locked:
                 if attempt == _RETRIES:
                     raise StoreError(
                         "the store stayed locked by other writers; try again."
@@ -301,10 +307,6 @@ class Database:
         return f"Database({masked_url(self.url)})"
 
 
-class _Locked(Exception):
-    pass
-
-
 class _Lane:
     """A connection held for one caller of ``write_on_driver`` (None until first used, and
     again after it failed), and the lock that keeps it to one statement at a time."""
@@ -314,56 +316,6 @@ class _Lane:
     def __init__(self) -> None:
         self.conn: AsyncConnection | None = None
         self.lock = asyncio.Lock()
-
-
-@asynccontextmanager
-async def _translated() -> AsyncIterator[None]:
-    try:
-        yield
-    except exc.IntegrityError as err:
-        if "foreign key" in str(err.orig).lower():
-            raise NotFound("that refers to a tenant or provider that does not exist.") from err
-        raise Conflict("that item already exists.") from err
-    except exc.DBAPIError as err:
-        text = str(err.orig)
-        if (
-            "database is locked" in text
-            or "deadlock detected" in text
-            or "could not serialize" in text
-        ):
-            raise _Locked from err
-        if err.connection_invalidated or isinstance(err, exc.InterfaceError):
-            raise StoreUnavailable("the store connection was lost.") from err
-        if isinstance(err, exc.OperationalError):
-            raise StoreUnavailable(
-                f"the store cannot be reached: {_first_line(err.orig)}."
-            ) from err
-        raise StoreError(f"the store refused a statement: {_first_line(err.orig)}.") from err
-    except sqlite3.Error as err:  # raised on the driver's thread (``write_in_thread``)
-        _translate_sqlite(err)
-    except (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError) as err:
-        _translate_asyncpg(err)
-    except (OSError, ConnectionError) as err:
-        raise StoreUnavailable(f"the store cannot be reached: {err.strerror or err}.") from err
-    except exc.SQLAlchemyError as err:
-        raise StoreError(f"the store failed: {_first_line(err)}.") from err
-
-
-def _translate_sqlite(err: sqlite3.Error) -> NoReturn:
-    """``sqlite3``'s own errors, as ``_translated`` says SQLAlchemy's."""
-    if isinstance(err, sqlite3.IntegrityError):
-        if "foreign key" in str(err).lower():
-            raise NotFound("that refers to a tenant or provider that does not exist.") from err
-        raise Conflict("that item already exists.") from err
-    if isinstance(err, sqlite3.OperationalError):
-        if "database is locked" in str(err):
-            raise _Locked from err
-        raise StoreUnavailable(f"the store cannot be reached: {_first_line(err)}.") from err
-    raise StoreError(f"the store refused a statement: {_first_line(err)}.") from err
-
-
-# What asyncpg raises when the server ended the session (terminated, shut down, restarting).
-_PG_LOST = (asyncpg.PostgresConnectionError, asyncpg.OperatorInterventionError)
 
 
 async def _invalidate(conn: AsyncConnection) -> None:
@@ -378,29 +330,8 @@ async def _drop(conn: AsyncConnection) -> None:
         await conn.close()
 
 
-def _translate_asyncpg(
-    err: asyncpg.PostgresError | asyncpg.InterfaceError | asyncpg.InternalClientError,
-) -> NoReturn:
-    """asyncpg's own errors, as ``_translated`` says SQLAlchemy's."""
-    if isinstance(err, asyncpg.ForeignKeyViolationError):
-        raise NotFound("that refers to a tenant or provider that does not exist.") from err
-    if isinstance(err, asyncpg.UniqueViolationError):
-        raise Conflict("that item already exists.") from err
-    if isinstance(err, (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)):
-        raise _Locked from err
-    if isinstance(err, (*_PG_LOST, asyncpg.InterfaceError, asyncpg.InternalClientError)):
-        raise StoreUnavailable("the store connection was lost.") from err
-    raise StoreError(f"the store refused a statement: {_first_line(err)}.") from err
-
-
 async def _scalar(conn: AsyncConnection, sql: str) -> int:
     return int((await conn.exec_driver_sql(sql)).scalar() or 0)
-
-
-def _first_line(err: object) -> str:
-    """The driver's message, shortened, without a final period (callers end the sentence)."""
-    text = str(err).strip().splitlines()
-    return (text[0] if text else type(err).__name__)[:200].rstrip(".")
 
 
 def _install_sqlite_hooks(engine: AsyncEngine) -> None:

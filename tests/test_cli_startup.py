@@ -1,0 +1,101 @@
+"""The command line imports what a command uses when it runs (``bench/startup.py`` times it):
+``--version`` and ``--help`` answer without the store, the engine or the providers, and a
+command on SQLite loads neither Postgres' driver, nor Alembic, nor the HTTP and SMTP clients,
+nor the planner. Checked by the modules a fresh interpreter holds after the command."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cli_support import REPO, clean_env
+
+# After the command, print every module the interpreter loaded, one a line.
+_SCRIPT = """
+import sys
+from app.cli import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as exc:
+    code = exc.code
+print("exit", code)
+print("\\n".join(sorted(sys.modules)))
+"""
+
+# What no command needs before it runs: the store and its drivers, the engine's parts, the
+# providers' clients, the metrics server, Qt, the encryption library.
+HEAVY = (
+    "sqlalchemy",
+    "alembic",
+    "aiosqlite",
+    "asyncpg",
+    "httpx",
+    "aiosmtplib",
+    "cryptography",
+    "prometheus_client",
+    "redis",
+    "PySide6",
+    "engine.engine",
+    "engine.store",
+    "engine.providers",
+    "engine.planner",
+    "app.bindings",
+    "app.commands.configure",
+)
+# What a command on SQLite that sends nothing and plans nothing does not need.
+NOT_FOR_A_LISTING = (
+    "alembic",
+    "asyncpg",
+    "httpx",
+    "aiosmtplib",
+    "prometheus_client",
+    "redis",
+    "PySide6",
+    "engine.planner",
+    "app.commands.run",
+    "app.commands.plan",
+    "app.docs",
+)
+
+
+def loaded(args: list[str], home: Path) -> tuple[str, set[str]]:
+    done = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, *args],
+        env=clean_env(home, OMNIPOST_DB=f"sqlite:///{home / 'omnipost.db'}"),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    lines = done.stdout.splitlines()
+    exit_line = next(line for line in lines if line.startswith("exit "))
+    return exit_line, set(lines[lines.index(exit_line) + 1 :])
+
+
+def found(modules: set[str], names: tuple[str, ...]) -> list[str]:
+    return sorted(n for n in names if n in modules or any(m.startswith(f"{n}.") for m in modules))
+
+
+@pytest.mark.parametrize(
+    "args", [["--version"], ["--help"], ["tenant", "--help"], ["worker", "--help"]]
+)
+def test_version_and_help_import_nothing_heavy(args: list[str], tmp_path: Path) -> None:
+    exit_line, modules = loaded(args, tmp_path)
+    assert exit_line == "exit 0"
+    assert found(modules, HEAVY) == []
+
+
+def test_a_listing_on_sqlite_loads_only_what_it_reads_with(tmp_path: Path) -> None:
+    assert loaded(["migrate"], tmp_path)[0] == "exit 0"
+    exit_line, modules = loaded(["tenant", "list"], tmp_path)
+    assert exit_line == "exit 0"
+    assert "sqlalchemy" in modules and "aiosqlite" in modules  # it did read the store
+    assert found(modules, NOT_FOR_A_LISTING) == []
+
+
+def test_the_check_sees_a_heavy_module() -> None:
+    assert found({"sqlalchemy.orm", "json"}, HEAVY) == ["sqlalchemy"]
