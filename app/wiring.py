@@ -47,7 +47,7 @@ def build_engine(
         # When Redis is down each worker falls back to its share of every limit, every bucket
         # empty: the limit divided by the live workers the engine counts from heartbeats, or
         # by the processes Redis saw reserving in the last 10 s when that is more
-        # (engine/redis_fallback.py).
+        # (engine/limits/redis_fallback.py).
         limiter = RedisLimiter(
             redis_url, clock=clock, fallback_workers=lambda: built[0].live_workers if built else 1
         )

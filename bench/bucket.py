@@ -17,7 +17,7 @@ import statistics
 import timeit
 from collections.abc import Callable
 
-from engine.ratelimit import TokenBucket
+from engine.limits.bucket import TokenBucket
 
 
 def make_ceiling(rate_per_s: float, burst: float, now: float) -> Callable[[float, float], bool]:

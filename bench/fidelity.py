@@ -32,7 +32,7 @@ from typing import Any
 from _common import REDIS, emit, fill, open_engine, parser
 
 from engine import Limit, LocalLimiter, SystemClock, worst_window
-from engine.redis_limiter import RedisLimiter
+from engine.limits.redis_limiter import RedisLimiter
 
 WINDOWS_S = (0.1, 0.5, 1.0, 2.0)
 STATED_LAG_S = 0.02  # docs/deployment.md: "within a stated lag of 20 ms"

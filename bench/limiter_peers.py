@@ -39,7 +39,7 @@ from typing import Any
 from _common import REDIS, emit, parser
 
 from engine import BucketKey, Limit, LocalLimiter, SystemClock, TokenBucket
-from engine.redis_limiter import RedisLimiter
+from engine.limits.redis_limiter import RedisLimiter
 
 HIGH = 10**9  # per second: never reached in a run
 SEND = BucketKey.for_send("bench", "noop")

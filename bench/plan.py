@@ -1,4 +1,5 @@
-"""What-if planning speed: ``engine.planner.run_plan`` on a spike, against the drain it predicts.
+"""What-if planning speed: ``engine.planning.planner.run_plan`` on a spike, against the drain
+it predicts.
 
 The issue's target: planning 100,000 notifications over 20 buckets takes at most 5 s on this
 machine, and at least 100 times less than the drain it predicts. The scenario: 19 tenants with
@@ -35,8 +36,8 @@ from typing import Any
 from _common import emit, parser, spread
 
 from engine import EngineSettings, Limit, PlanResult
-from engine.plan_api import provider_model
-from engine.planner import Arrival, PlanSetup, run_plan
+from engine.api.plan import provider_model
+from engine.planning.planner import Arrival, PlanSetup, run_plan
 from engine.store import ProviderRecord, TenantRecord
 
 TARGET_COUNT = 100_000

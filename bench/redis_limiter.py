@@ -46,9 +46,9 @@ from _common import fill, open_engine, wait_delivered
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 
-from engine.clock import SystemClock
-from engine.domain import BucketKey, Limit
-from engine.redis_limiter import RedisLimiter
+from engine.core.clock import SystemClock
+from engine.core.domain import BucketKey, Limit
+from engine.limits.redis_limiter import RedisLimiter
 
 Call = Callable[[], Awaitable[object]]
 

@@ -43,7 +43,7 @@ from engine import (
     SystemClock,
     TenantSpec,
 )
-from engine.envelope import worst_window
+from engine.limits.envelope import worst_window
 from tests.cli_support import REPO, clean_env
 
 TENANT_LIMIT = Limit(20.0, 10.0)

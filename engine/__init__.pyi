@@ -1,17 +1,25 @@
 """Types of the ``engine`` façade (``engine/__init__.py`` loads each name lazily, from
 the module this stub names, on first use: see there)."""
 
-from .clock import (
+from .api.plan import MAX_PLANNED
+from .api.tenant_lines import (
+    load_json,
+    parse_tenant_lines,
+    rate_text,
+    read_tenant_file,
+    read_text_lines,
+    tenant_line,
+)
+from .core.clock import (
     Clock,
     FakeClock,
     SystemClock,
 )
-from .crypto import (
+from .core.crypto import (
     SecretBox,
     mask,
 )
-from .dispatcher import DispatcherSettings
-from .domain import (
+from .core.domain import (
     MAX_KEY_CHARS,
     UNSET,
     BucketKey,
@@ -26,17 +34,7 @@ from .domain import (
     limit_of,
     parse_rate,
 )
-from .engine import (
-    Engine,
-    EngineSettings,
-    EngineState,
-    SimulationProgress,
-)
-from .envelope import (
-    Window,
-    worst_window,
-)
-from .errors import (
+from .core.errors import (
     ConfigError,
     Conflict,
     NotFound,
@@ -44,24 +42,42 @@ from .errors import (
     StoreError,
     StoreUnavailable,
 )
-from .glance_model import (
-    BRIEF_VIEW,
-    BucketPick,
-    BucketPicks,
-    QueueTotals,
-    SnapshotView,
-)
-from .health import (
+from .core.health import (
     CircuitState,
     ProviderHealth,
 )
-from .limiter import (
+from .core.policy import RetryPolicy
+from .core.present import (
+    MASKED_VALUE,
+    fmt_limit,
+    masked_secrets,
+)
+from .core.retention import (
+    DEFAULT_RETENTION,
+    PruneReport,
+    Retention,
+    format_age,
+    parse_age,
+)
+from .dispatch.dispatcher import DispatcherSettings
+from .engine import (
+    Engine,
+    EngineSettings,
+    EngineState,
+    SimulationProgress,
+)
+from .limits.bucket import TokenBucket
+from .limits.envelope import (
+    Window,
+    worst_window,
+)
+from .limits.limiter import (
     Limiter,
     Reservation,
 )
-from .local_limiter import LocalLimiter
-from .plan_api import MAX_PLANNED
-from .plan_model import (
+from .limits.local_limiter import LocalLimiter
+from .limits.redis_limiter import RedisLimiter
+from .planning.model import (
     BacklogTraffic,
     BurstTraffic,
     LimitChange,
@@ -73,11 +89,9 @@ from .plan_model import (
     TenantPlan,
     Traffic,
 )
-from .policy import RetryPolicy
-from .present import (
-    MASKED_VALUE,
-    fmt_limit,
-    masked_secrets,
+from .planning.simulate import (
+    Pattern,
+    predicted_drain_s,
 )
 from .providers import (
     BUILTIN_KINDS,
@@ -88,19 +102,6 @@ from .providers import (
     ProviderConfig,
     ProviderFactory,
     ProviderKind,
-)
-from .ratelimit import TokenBucket
-from .redis_limiter import RedisLimiter
-from .retention import (
-    DEFAULT_RETENTION,
-    PruneReport,
-    Retention,
-    format_age,
-    parse_age,
-)
-from .simulate import (
-    Pattern,
-    predicted_drain_s,
 )
 from .store import (
     AuditEntry,
@@ -121,18 +122,17 @@ from .store.rotation import (
     RotationReport,
     TableRotation,
 )
-from .telemetry import (
+from .views.glance_model import (
+    BRIEF_VIEW,
+    BucketPick,
+    BucketPicks,
+    QueueTotals,
+    SnapshotView,
+)
+from .views.telemetry import (
     Counters,
     Snapshot,
     TenantDepth,
-)
-from .tenant_lines import (
-    load_json,
-    parse_tenant_lines,
-    rate_text,
-    read_tenant_file,
-    read_text_lines,
-    tenant_line,
 )
 
 __all__ = [

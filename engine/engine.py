@@ -22,24 +22,24 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Self
 
-from engine.clock import Clock
-from engine.config_api import ConfigApi
-from engine.domain import NotificationState, Outcome
-from engine.errors import OmniPostError
-from engine.glance import Glance
-from engine.glance_api import GlanceApi
-from engine.glance_model import SnapshotView
-from engine.health_api import HealthApi
-from engine.keys_api import KeysApi
-from engine.limiter import Limiter
-from engine.notifications_api import NotificationsApi
-from engine.parts import EngineSettings
-from engine.plan_api import PlanApi
+from engine.api.config import ConfigApi
+from engine.api.glance import GlanceApi
+from engine.api.health import HealthApi
+from engine.api.keys import KeysApi
+from engine.api.notifications import NotificationsApi
+from engine.api.parts import EngineSettings
+from engine.api.plan import PlanApi
+from engine.api.retention import RetentionApi
+from engine.core.clock import Clock
+from engine.core.domain import NotificationState, Outcome
+from engine.core.errors import OmniPostError
+from engine.limits.limiter import Limiter
+from engine.planning.simulate import Pattern, SimulationProgress, run_simulation, schedule
 from engine.providers.base import ProviderFactory
-from engine.retention_api import RetentionApi
-from engine.simulate import Pattern, SimulationProgress, run_simulation, schedule
 from engine.store import Store, WorkerRecord
-from engine.telemetry import Counters, Snapshot, build_snapshot
+from engine.views.glance import Glance
+from engine.views.glance_model import SnapshotView
+from engine.views.telemetry import Counters, Snapshot, build_snapshot
 
 __all__ = ["Engine", "EngineSettings", "EngineState", "SimulationProgress"]
 
@@ -324,7 +324,7 @@ class Engine(ConfigApi, NotificationsApi, RetentionApi, KeysApi, HealthApi, Plan
     ) -> Snapshot:
         """This engine's figures now. Without ``view``: the queue of every tenant and every
         bucket's level (``omnipost stats``, the metrics), a cost that grows with the tenants.
-        With ``view``: only what it shows (``engine.glance``): picked buckets, the named and
+        With ``view``: only what it shows (``engine.views.glance``): picked buckets, the named and
         deepest tenants, totals read every ``view.totals_every_s``; a cost that follows the
         view. ``with_workers`` also lists the live workers' ids (one more read of the store)."""
         if view is not None:

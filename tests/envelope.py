@@ -1,10 +1,11 @@
-"""The rate envelope (``engine.envelope``) as a test assertion over real delivery timestamps."""
+"""The rate envelope (``engine.limits.envelope``) as a test assertion over real delivery
+timestamps."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from engine.envelope import max_in_window, min_in_window, worst_window
+from engine.limits.envelope import max_in_window, min_in_window, worst_window
 
 __all__ = ["DEFAULT_WINDOWS_S", "check_envelope", "max_in_window", "min_in_window"]
 
@@ -21,8 +22,8 @@ def check_envelope(
     lag_s: float = 0.0,
 ) -> dict[float, int]:
     """Raise ``AssertionError`` naming the window when some window of ``W`` seconds (for each
-    ``W`` in ``windows``) holds more than ``engine.envelope.envelope_bound`` allows (``burst +
-    rate_per_s * W + 1`` by default). Returns the most found in a window, per ``W``."""
+    ``W`` in ``windows``) holds more than ``engine.limits.envelope.envelope_bound`` allows
+    (``burst + rate_per_s * W + 1`` by default). Returns the most found in a window, per ``W``."""
     ts = sorted(timestamps)
     found: dict[float, int] = {}
     for window_s in windows:

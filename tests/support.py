@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 import pytest
 
 from engine import Engine, Message, NotificationState, Store
-from engine.domain import Outcome
+from engine.core.domain import Outcome
 from engine.store import Completion, Leased, NewNotification
 
 __all__ = [

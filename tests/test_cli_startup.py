@@ -41,7 +41,7 @@ HEAVY = (
     "engine.engine",
     "engine.store",
     "engine.providers",
-    "engine.planner",
+    "engine.planning.planner",
     "app.bindings",
     "app.commands.configure",
 )
@@ -54,7 +54,7 @@ NOT_FOR_A_LISTING = (
     "prometheus_client",
     "redis",
     "PySide6",
-    "engine.planner",
+    "engine.planning.planner",
     "app.commands.run",
     "app.commands.plan",
     "app.docs",

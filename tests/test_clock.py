@@ -9,7 +9,7 @@ import time
 import pytest
 
 from engine import FakeClock, SystemClock
-from engine.clock import Clock
+from engine.core.clock import Clock
 
 # -- stepped by hand ---------------------------------------------------------------------------
 

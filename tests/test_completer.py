@@ -7,11 +7,11 @@ from collections.abc import Sequence
 
 import pytest
 
-from engine.clock import FakeClock, SystemClock
-from engine.completer import Completer
-from engine.domain import NotificationState, SendResult
-from engine.errors import OmniPostError
-from engine.policy import Decision
+from engine.core.clock import FakeClock, SystemClock
+from engine.core.domain import NotificationState, SendResult
+from engine.core.errors import OmniPostError
+from engine.core.policy import Decision
+from engine.dispatch.completer import Completer
 from engine.store import Completion, Leased
 
 

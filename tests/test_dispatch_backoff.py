@@ -21,7 +21,7 @@ from engine import (
     SendResult,
     StoreUnavailable,
 )
-from engine.policy import STORE_OUTAGE, WRITE_RETRY
+from engine.core.policy import STORE_OUTAGE, WRITE_RETRY
 from engine.store import Completion, DueKey
 from tests.scripted import Script, history, setup, view
 from tests.virtual_time import VirtualEngines, until

@@ -25,14 +25,14 @@ from engine import (
     SendResult,
     Store,
 )
-from engine.errors import ConfigError
-from engine.plan_api import provider_model
-from engine.planner import Arrival, PlanSetup, run_plan
+from engine.api.plan import provider_model
+from engine.core.errors import ConfigError
+from engine.dispatch.work import WorkQueue
+from engine.planning.planner import Arrival, PlanSetup, run_plan
 from engine.providers.base import batch_size, send_many_within, send_parcel
 from engine.providers.file import FileProvider
 from engine.providers.simulated import SimulatedProvider
 from engine.store import Leased, ProviderRecord, TenantRecord
-from engine.work import WorkQueue
 from tests.envelope import check_envelope
 from tests.support import counts, enqueue_numbered, message
 from tests.virtual_time import VirtualEngines

@@ -25,8 +25,8 @@ from engine import (
     SendResult,
     Store,
 )
+from engine.dispatch.work import WorkQueue
 from engine.store import Leased
-from engine.work import WorkQueue
 from tests.envelope import check_envelope
 from tests.scripted import Script
 from tests.support import counts, enqueue_numbered

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from engine.domain import Limit, parse_rate, validate_name
-from engine.errors import ConfigError
+from engine.core.domain import Limit, parse_rate, validate_name
+from engine.core.errors import ConfigError
 
 # (text, tokens per second)
 RATES: list[tuple[str, float]] = [

@@ -8,8 +8,8 @@ import pickle
 
 import pytest
 
-from engine.domain import MAX_KEY_CHARS, UNSET, Unset, check_recipient_and_key, is_text
-from engine.errors import ConfigError
+from engine.core.domain import MAX_KEY_CHARS, UNSET, Unset, check_recipient_and_key, is_text
+from engine.core.errors import ConfigError
 
 LONE_SURROGATE = "\udcff"  # how Python keeps a byte it could not decode
 

@@ -9,7 +9,7 @@ import sqlite3
 import asyncpg
 import pytest
 
-from engine.errors import Conflict, NotFound, StoreError, StoreUnavailable
+from engine.core.errors import Conflict, NotFound, StoreError, StoreUnavailable
 from engine.store.translate import Locked, translated
 
 

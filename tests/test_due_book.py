@@ -1,10 +1,11 @@
-"""The dispatcher's book of keys (engine/due.py): each key in one place, at fixed instants."""
+"""The dispatcher's book of keys (engine/dispatch/due.py): each key in one place, at fixed
+instants."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine.due import DueBook, Key
+from engine.dispatch.due import DueBook, Key
 from engine.store import DueKey
 
 A1, B1, C1, A2 = (1, 1), (2, 1), (3, 1), (1, 2)

@@ -1,4 +1,4 @@
-"""engine.envelope: the rate envelope over timestamps, as tables at fixed instants."""
+"""engine.limits.envelope: the rate envelope over timestamps, as tables at fixed instants."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from engine.envelope import (
+from engine.limits.envelope import (
     Window,
     envelope_bound,
     max_in_window,

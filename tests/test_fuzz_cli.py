@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 
 from app.cli import main
 from app.config import Paths, load_box
-from engine.domain import parse_rate, validate_name
-from engine.errors import ConfigError
+from engine.core.domain import parse_rate, validate_name
+from engine.core.errors import ConfigError
 from engine.store.schema import metadata
 from tests.cli_support import assert_one_sentence
 

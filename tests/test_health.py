@@ -1,4 +1,4 @@
-"""The circuit breaker's rules (engine/health.py) as tables, at fixed instants, and the circuit
+"""The circuit breaker's rules (engine/core/health.py) as tables, at fixed instants, and the circuit
 options every provider kind takes."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine import BUILTIN_KINDS, CircuitState, ConfigError, ProviderConfig, SendResult
-from engine.health import (
+from engine.core.health import (
     CircuitSettings,
     Health,
     closed,

@@ -22,11 +22,11 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from engine.clock import SystemClock
-from engine.domain import BucketKey, Limit
-from engine.limiter import Limiter, Reservation
-from engine.local_limiter import LocalLimiter
-from engine.redis_limiter import RedisLimiter
+from engine.core.clock import SystemClock
+from engine.core.domain import BucketKey, Limit
+from engine.limits.limiter import Limiter, Reservation
+from engine.limits.local_limiter import LocalLimiter
+from engine.limits.redis_limiter import RedisLimiter
 from tests.support import missing
 
 REDIS_URL = os.environ.get("OMNIPOST_TEST_REDIS", "redis://127.0.0.1:6379/0")

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.clock import FakeClock
-from engine.domain import BucketKey, BucketLevel, Limit
-from engine.errors import ConfigError
-from engine.limiter import Limiter, Reservation
-from engine.local_limiter import LocalLimiter
+from engine.core.clock import FakeClock
+from engine.core.domain import BucketKey, BucketLevel, Limit
+from engine.core.errors import ConfigError
+from engine.limits.limiter import Limiter, Reservation
+from engine.limits.local_limiter import LocalLimiter
 
 TENANT, PROVIDER, PAIR = SEND = BucketKey.for_send("acme", "mailgun")
 OTHER = BucketKey.for_tenant("globex")

@@ -56,7 +56,13 @@ from engine import (
     SystemClock,
     TenantDepth,
 )
-from engine.telemetry import DELIVERY_BOUNDS_S, SEND_BOUNDS_S, Histogram, PairCounts, Telemetry
+from engine.views.telemetry import (
+    DELIVERY_BOUNDS_S,
+    SEND_BOUNDS_S,
+    Histogram,
+    PairCounts,
+    Telemetry,
+)
 from tests.cli_support import REPO, Cli, assert_one_sentence, clean_env, start_worker
 from tests.redis_server import free_port
 from tests.support import eventually

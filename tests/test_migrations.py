@@ -14,8 +14,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
-from engine.crypto import SecretBox
-from engine.errors import StoreError
+from engine.core.crypto import SecretBox
+from engine.core.errors import StoreError
 from engine.store import Store, normalize_url
 from engine.store import store as store_module
 from engine.store.schema import metadata

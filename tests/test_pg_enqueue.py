@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from engine import SecretBox
-from engine.domain import NotificationState
+from engine.core.domain import NotificationState
 from engine.store import Store
 from engine.store.notify import CHANNEL
 from tests.support import new_notification

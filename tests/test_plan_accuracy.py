@@ -32,7 +32,7 @@ from engine import (
     Store,
     SystemClock,
 )
-from engine.telemetry import percentile
+from engine.views.telemetry import percentile
 from tests.support import enqueue_numbered
 
 pytestmark = pytest.mark.slow

@@ -13,14 +13,15 @@ import math
 
 import pytest
 
-from engine import BucketKey, ConfigError, Limit, LimitChange, NotFound, Outcome, virtual_loop
-from engine.dispatcher import DispatcherSettings
-from engine.domain import NotificationState
-from engine.plan_model import ProviderModel
-from engine.plan_store import MemoryQueue, PlanLedger
-from engine.planner import Arrival, PlanSetup, run_plan
+from engine import BucketKey, ConfigError, Limit, LimitChange, NotFound, Outcome
+from engine.core.domain import NotificationState
+from engine.dispatch.dispatcher import DispatcherSettings
+from engine.planning import virtual_loop
+from engine.planning.memory_store import MemoryQueue, PlanLedger
+from engine.planning.model import ProviderModel
+from engine.planning.planner import Arrival, PlanSetup, run_plan
+from engine.planning.virtual_loop import Deadlock, run_virtual
 from engine.store import Completion, Leased, PairLimit, ProviderRecord, TenantRecord
-from engine.virtual_loop import Deadlock, run_virtual
 
 # -- limit changes -----------------------------------------------------------------------------
 
@@ -247,7 +248,7 @@ def test_keys_behind_an_empty_provider_bucket_wait_for_its_refill(
     that finds it empty sleeps until it refills, not until some tenant's own bucket would
     (asked then, the provider's would still be empty). About one round, so one sleep, per
     send; a round woken early is wasted work for a worker and for a plan alike."""
-    from engine.dispatcher import Dispatcher
+    from engine.dispatch.dispatcher import Dispatcher
 
     sleeps: list[float] = []
     real_sleep = Dispatcher._sleep

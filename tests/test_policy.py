@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from engine.domain import NotificationState, SendResult
-from engine.policy import (
+from engine.core.domain import NotificationState, SendResult
+from engine.core.policy import (
     STORE_OUTAGE,
     STORE_RETRY,
     WRITE_RETRY,

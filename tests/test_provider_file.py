@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.clock import FakeClock
-from engine.domain import Outcome
-from engine.errors import ConfigError
+from engine.core.clock import FakeClock
+from engine.core.domain import Outcome
+from engine.core.errors import ConfigError
 from engine.providers import FileProvider, ProviderConfig
 from tests.support import message, read_lines
 
@@ -56,7 +56,7 @@ async def test_many_concurrent_sends_write_exactly_n_intact_lines(provider: File
 
 _WRITER = """
 import asyncio, sys
-from engine.domain import Message
+from engine.core.domain import Message
 from engine.providers import FileProvider
 
 async def main(path: str, worker: int) -> None:

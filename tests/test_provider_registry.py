@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from engine import providers
-from engine.errors import ConfigError
+from engine.core.errors import ConfigError
 from engine.providers import BUILTIN_KINDS, Provider, ProviderConfig, file, simulated, smtp, webhook
 
 SECRETS = {"signing_key": "s3cr3t-signing", "username": "u53r", "password": "pa55w0rd"}

@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-from engine.domain import Outcome
-from engine.errors import ConfigError
+from engine.core.domain import Outcome
+from engine.core.errors import ConfigError
 from engine.providers import ProviderConfig, SimulatedProvider
 from tests.support import message
 

@@ -20,8 +20,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from engine.domain import Message, Outcome
-from engine.errors import ConfigError
+from engine.core.domain import Message, Outcome
+from engine.core.errors import ConfigError
 from engine.providers import ProviderConfig, SmtpProvider
 from engine.providers.smtp import message_id
 from tests.servers import MailServer

@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
-from engine.clock import FakeClock
-from engine.domain import Outcome, SendResult
-from engine.errors import ConfigError
+from engine.core.clock import FakeClock
+from engine.core.domain import Outcome, SendResult
+from engine.core.errors import ConfigError
 from engine.providers import ProviderConfig, WebhookProvider, verify_signature
 from engine.providers.webhook import USER_AGENT, parse_retry_after, sign
 from tests.servers import Reply, Request, Script, ScriptedServer

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from engine.errors import ConfigError
-from engine.ratelimit import TokenBucket, whole
+from engine.core.errors import ConfigError
+from engine.limits.bucket import TokenBucket, whole
 
 # (time, tokens there before the take, n, allowed); each trace runs in order on one bucket.
 Row = tuple[float, float, float, bool]

@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.clock import FakeClock
-from engine.domain import BucketKey, Limit
-from engine.envelope import worst_span
-from engine.local_limiter import LocalLimiter
-from engine.ratelimit import TokenBucket
+from engine.core.clock import FakeClock
+from engine.core.domain import BucketKey, Limit
+from engine.limits.bucket import TokenBucket
+from engine.limits.envelope import worst_span
+from engine.limits.local_limiter import LocalLimiter
 
 BOUNDED = settings(max_examples=200, deadline=None)
 

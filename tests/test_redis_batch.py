@@ -1,4 +1,4 @@
-"""The Redis limiter's batches (``engine/redis_batch.py``): one round trip per batch, chunks
+"""The Redis limiter's batches (``engine/limits/redis_batch.py``): one round trip per batch, chunks
 that follow each other, and falling back as the single calls do.
 
 What a batch answers is checked against the single calls on every limiter in
@@ -19,11 +19,11 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from engine.clock import FakeClock, SystemClock
-from engine.domain import BucketKey, Limit
-from engine.limiter import Reservation
-from engine.redis_batch import CHUNK
-from engine.redis_limiter import RedisLimiter
+from engine.core.clock import FakeClock, SystemClock
+from engine.core.domain import BucketKey, Limit
+from engine.limits.limiter import Reservation
+from engine.limits.redis_batch import CHUNK
+from engine.limits.redis_limiter import RedisLimiter
 from tests.redis_server import RedisServer, redis_server_binary
 from tests.support import missing
 from tests.test_limiter_contract import REDIS_URL, delete_prefix, new_prefix, redis_client_or_skip
@@ -222,7 +222,7 @@ async def test_an_unreachable_redis_falls_back_as_the_single_calls_do(
     one = await make(UNREACHABLE, clock=clock, fallback_workers=lambda: 2, probe_s=5.0)
     many = await make(UNREACHABLE, clock=clock, fallback_workers=lambda: 2, probe_s=5.0)
     asks = [(SEND, 3), (BucketKey.for_send("globex", "mailgun"), 4), (SEND, 1), ([PAIR], 0)]
-    with caplog.at_level(logging.WARNING, logger="engine.redis_limiter"):
+    with caplog.at_level(logging.WARNING, logger="engine.limits.redis_limiter"):
         for limiter in (one, many):
             await limiter.configure(TENANT, Limit(10.0, 6.0))
             await limiter.configure(PROVIDER, Limit(20.0, 8.0))
@@ -398,7 +398,7 @@ async def test_lost_data_is_seeded_again_and_a_retake_there_gives_nothing_back(
     await limiter.configure(TENANT, Limit(0.01, 5.0))
     [first] = await limiter.reserve_many([([TENANT], 2)])
     await client.delete(*[key async for key in client.scan_iter(match=f"{prefix}:*")])
-    with caplog.at_level(logging.WARNING, logger="engine.redis_limiter"):
+    with caplog.at_level(logging.WARNING, logger="engine.limits.redis_limiter"):
         again = await limiter.retake_many([(first, 2)])
     assert [r.granted for r in again] == [0]  # restored empty, and the 2 not given back
     assert "lost the rate limits" in caplog.text

@@ -19,12 +19,12 @@ from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from engine.clock import FakeClock, SystemClock
-from engine.domain import BucketKey, Limit
-from engine.envelope import worst_span
-from engine.errors import ConfigError
-from engine.limiter import Reservation
-from engine.redis_limiter import PEERS_EVERY_S, RedisLimiter
+from engine.core.clock import FakeClock, SystemClock
+from engine.core.domain import BucketKey, Limit
+from engine.core.errors import ConfigError
+from engine.limits.envelope import worst_span
+from engine.limits.limiter import Reservation
+from engine.limits.redis_limiter import PEERS_EVERY_S, RedisLimiter
 from tests.redis_server import RedisServer, redis_server_binary
 from tests.support import missing
 from tests.test_limiter_contract import (
@@ -362,7 +362,7 @@ async def test_lost_data_is_seeded_again_from_what_the_process_knows(
     await limiter.configure(TENANT, Limit(2.0, 5.0))
     assert (await limiter.reserve([TENANT], 1)).granted == 1
     await delete_prefix(client, prefix)  # what a restart without persistence does to our keys
-    with caplog.at_level(logging.WARNING, logger="engine.redis_limiter"):
+    with caplog.at_level(logging.WARNING, logger="engine.limits.redis_limiter"):
         reservation = await limiter.reserve([TENANT], 5)
     assert reservation.granted == 0  # restored empty, not full, and not unlimited
     assert "lost the rate limits" in caplog.text
@@ -380,7 +380,7 @@ async def test_a_redis_holding_the_previous_layout_is_seeded_again_empty(
     await client.hset(old_limit, items=["rate", "1", "burst", "5"])
     before = await keys_of(client, prefix)
     limiter = await make()
-    with caplog.at_level(logging.WARNING, logger="engine.redis_limiter"):
+    with caplog.at_level(logging.WARNING, logger="engine.limits.redis_limiter"):
         await limiter.configure(TENANT, Limit(1.0, 5.0))  # as a worker does when it starts
         await limiter.configure(PROVIDER, Limit(1.0, 5.0))
         reservation = await limiter.reserve(SEND, 5)
@@ -398,7 +398,7 @@ async def test_a_fresh_redis_starts_full_without_warning(
     make: Make, caplog: pytest.LogCaptureFixture
 ) -> None:
     limiter = await make()
-    with caplog.at_level(logging.WARNING, logger="engine.redis_limiter"):
+    with caplog.at_level(logging.WARNING, logger="engine.limits.redis_limiter"):
         await limiter.configure(TENANT, Limit(1.0, 5.0))
         assert (await limiter.reserve(SEND, 5)).granted == 5
     assert caplog.text == ""
@@ -409,7 +409,7 @@ async def test_falls_back_to_a_share_of_each_limit_when_redis_is_unreachable(
 ) -> None:
     workers = 4
     limiter = await make(UNREACHABLE, fallback_workers=lambda: workers)
-    with caplog.at_level(logging.WARNING, logger="engine.redis_limiter"):
+    with caplog.at_level(logging.WARNING, logger="engine.limits.redis_limiter"):
         await limiter.configure(PROVIDER, Limit(100.0, 20.0))
         assert (limiter.backend, limiter.degraded) == ("local-fallback", True)
         [level] = await limiter.levels()
@@ -439,7 +439,7 @@ async def test_returns_to_redis_when_it_answers_again(
     await limiter.configure(TENANT, Limit(1.0, 10.0))
     assert (await limiter.reserve([TENANT], 1)).granted == 1
 
-    with caplog.at_level(logging.WARNING, logger="engine.redis_limiter"):
+    with caplog.at_level(logging.WARNING, logger="engine.limits.redis_limiter"):
         unreachable(monkeypatch, limiter)
         assert (await limiter.reserve([TENANT], 5)).granted == 0  # local, and empty
         assert limiter.backend == "local-fallback"
@@ -486,7 +486,7 @@ async def test_a_hung_redis_falls_back_within_the_call_timeout(
 
         os.kill(pid, signal.SIGSTOP)
         paused = True
-        with caplog.at_level(logging.WARNING, logger="engine.redis_limiter"):
+        with caplog.at_level(logging.WARNING, logger="engine.limits.redis_limiter"):
             start = time.monotonic()
             reservation = await limiter.reserve([TENANT], 5)
             assert time.monotonic() - start < 1.0

@@ -18,7 +18,7 @@ import asyncpg
 import pytest
 
 from engine import SecretBox
-from engine.errors import NotFound
+from engine.core.errors import NotFound
 from engine.store import Store
 from tests.support import new_notification
 

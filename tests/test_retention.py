@@ -42,7 +42,7 @@ from engine import (
     format_age,
     parse_age,
 )
-from engine.clock import Clock
+from engine.core.clock import Clock
 from engine.store import Completion, EnqueueResult
 from engine.store.schema import audit_log, chore_leases, delivery_log, notifications
 from tests.support import eventually, new_notification

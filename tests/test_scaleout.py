@@ -36,7 +36,7 @@ from engine import (
     SystemClock,
     WorkerRecord,
 )
-from engine.redis_limiter import RedisLimiter
+from engine.limits.redis_limiter import RedisLimiter
 from engine.store.notify import connect_args
 from tests.cli_support import clean_env, start_worker
 from tests.envelope import check_envelope, min_in_window

@@ -11,8 +11,8 @@ import sqlalchemy as sa
 from cryptography.fernet import Fernet
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from engine.crypto import SecretBox, mask, mask_mapping
-from engine.errors import ConfigError, OmniPostError
+from engine.core.crypto import SecretBox, mask, mask_mapping
+from engine.core.errors import ConfigError, OmniPostError
 from engine.store import NewNotification, Store, masked_url, normalize_url
 from engine.store.schema import metadata
 

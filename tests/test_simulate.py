@@ -9,8 +9,8 @@ import statistics
 
 import pytest
 
-from engine.errors import ConfigError
-from engine.simulate import Pattern, predicted_drain_s, schedule
+from engine.core.errors import ConfigError
+from engine.planning.simulate import Pattern, predicted_drain_s, schedule
 
 
 def check_shape(offsets: list[float], count: int, duration_s: float) -> None:

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from engine.clock import FakeClock
-from engine.simulate import Item, SimulationProgress, run_simulation
+from engine.core.clock import FakeClock
+from engine.planning.simulate import Item, SimulationProgress, run_simulation
 
 START = 1_000.0
 

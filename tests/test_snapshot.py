@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from engine.clock import FakeClock
-from engine.domain import BucketKey, BucketLevel, NotificationState, Outcome
+from engine.core.clock import FakeClock
+from engine.core.domain import BucketKey, BucketLevel, NotificationState, Outcome
 from engine.engine import EngineState
 from engine.store.records import DepthRow
-from engine.telemetry import Counters, Telemetry, TenantDepth, build_snapshot, tenant_depths
+from engine.views.telemetry import Counters, Telemetry, TenantDepth, build_snapshot, tenant_depths
 
 Q, L, D, X = (
     NotificationState.QUEUED,

@@ -29,8 +29,8 @@ from engine import (
     Store,
     SystemClock,
 )
-from engine.activity import Activity
-from engine.glance import RECENT_PAIRS, candidates, pick_buckets
+from engine.views.activity import Activity
+from engine.views.glance import RECENT_PAIRS, candidates, pick_buckets
 from tests.many_tenants import PROVIDERS, populate, tenant_name
 
 

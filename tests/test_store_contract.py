@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from engine.domain import Limit, NotificationState, Outcome
-from engine.errors import ConfigError, Conflict, NotFound
+from engine.core.domain import Limit, NotificationState, Outcome
+from engine.core.errors import ConfigError, Conflict, NotFound
 from engine.store import (
     Completion,
     DepthRow,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from engine.domain import NotificationState, Outcome
+from engine.core.domain import NotificationState, Outcome
 from engine.store import Completion, Store
 from tests.support import new_notification
 

@@ -29,8 +29,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from engine.crypto import SecretBox
-from engine.domain import NotificationState, Outcome
+from engine.core.crypto import SecretBox
+from engine.core.domain import NotificationState, Outcome
 from engine.store import Completion, Leased, NewNotification, Store
 
 T0 = 1_700_000_000.0

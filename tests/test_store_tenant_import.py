@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
-from engine.domain import Limit
-from engine.errors import ConfigError, Conflict
+from engine.core.domain import Limit
+from engine.core.errors import ConfigError, Conflict
 from engine.store import Store, TenantImport, TenantRecord, TenantSpec
 
 T0 = 1_700_000_000.0

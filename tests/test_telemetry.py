@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine.clock import FakeClock
-from engine.domain import Outcome
-from engine.telemetry import Counters, Telemetry, percentile
+from engine.core.clock import FakeClock
+from engine.core.domain import Outcome
+from engine.views.telemetry import Counters, Telemetry, percentile
 
 ONE_TO_TEN = [float(i) for i in range(1, 11)]
 ONE_TO_HUNDRED = [float(i) for i in range(1, 101)]

@@ -21,7 +21,7 @@ from engine import (
     TenantRecord,
     WorkerRecord,
 )
-from engine.present import MASKED_VALUE as MASKED  # the CLI's and the console's mask
+from engine.core.present import MASKED_VALUE as MASKED  # the CLI's and the console's mask
 from tests.ui_support import check_model
 from ui.log_model import LogFilter, LogModel
 from ui.models import (

@@ -12,7 +12,7 @@ from pytestqt.qtbot import QtBot
 
 from app.demo import DEMO_TENANTS, seed_demo
 from engine import BucketKey, EngineState, Limit
-from engine.present import MASKED_VALUE as MASKED  # the CLI's and the console's mask
+from engine.core.present import MASKED_VALUE as MASKED  # the CLI's and the console's mask
 from tests.ui_support import OFFSCREEN_NOISE, console
 from ui import MainWindow
 

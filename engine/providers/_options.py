@@ -10,7 +10,7 @@ import math
 import re
 from collections.abc import Iterable
 
-from engine.errors import ConfigError
+from engine.core.errors import ConfigError
 from engine.providers.base import ProviderConfig
 
 __all__ = ["Options", "redact"]

@@ -9,8 +9,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, cast
 
-from engine.clock import Clock
-from engine.domain import Message, SendResult
+from engine.core.clock import Clock
+from engine.core.domain import Message, SendResult
 
 __all__ = [
     "BatchProvider",
@@ -41,7 +41,7 @@ class Provider(Protocol):
 
     Every call carries the message's idempotency key, so a redelivery is recognisable downstream.
 
-    Say whose fault a failure is, so that the provider's circuit breaker (engine/health.py) can
+    Say whose fault a failure is, so that the provider's circuit breaker (engine/core/health.py) can
     stop sending while the provider itself is down: ``SendResult.unavailable(detail)`` when the
     provider could not take any message (no connection, TLS, a failed login, a timeout): the
     notification stays queued, spends no attempt and is never dead for it; and

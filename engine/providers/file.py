@@ -25,8 +25,8 @@ import os
 from collections.abc import Sequence
 from typing import Self
 
-from engine.clock import Clock, SystemClock
-from engine.domain import Message, SendResult
+from engine.core.clock import Clock, SystemClock
+from engine.core.domain import Message, SendResult
 from engine.providers.base import ProviderConfig
 from engine.providers.schema import OptionSpec, ProviderKind
 

@@ -23,9 +23,9 @@ import random
 from collections.abc import Sequence
 from typing import Self
 
-from engine.clock import Clock, SystemClock
-from engine.domain import Message, SendResult
-from engine.errors import ConfigError
+from engine.core.clock import Clock, SystemClock
+from engine.core.domain import Message, SendResult
+from engine.core.errors import ConfigError
 from engine.providers.base import ProviderConfig
 from engine.providers.schema import OptionSpec, ProviderKind
 

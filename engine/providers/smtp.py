@@ -39,8 +39,8 @@ from email.message import EmailMessage
 from email.utils import formatdate, parseaddr
 from typing import TYPE_CHECKING, Self
 
-from engine.domain import Message, SendResult
-from engine.errors import ConfigError
+from engine.core.domain import Message, SendResult
+from engine.core.errors import ConfigError
 from engine.providers._options import redact
 from engine.providers.base import ProviderConfig
 from engine.providers.schema import OptionSpec, ProviderKind

@@ -51,9 +51,9 @@ from functools import cache
 from typing import TYPE_CHECKING, Self
 from urllib.parse import urlsplit
 
-from engine.clock import Clock, SystemClock
-from engine.domain import Message, SendResult
-from engine.errors import ConfigError
+from engine.core.clock import Clock, SystemClock
+from engine.core.domain import Message, SendResult
+from engine.core.errors import ConfigError
 from engine.providers._options import Options, redact
 from engine.providers.base import ProviderConfig
 

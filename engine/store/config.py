@@ -9,9 +9,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from engine.crypto import SecretBox
-from engine.domain import UNSET, Limit, Unset, validate_name
-from engine.errors import Conflict, NotFound
+from engine.core.crypto import SecretBox
+from engine.core.domain import UNSET, Limit, Unset, validate_name
+from engine.core.errors import Conflict, NotFound
 from engine.store.database import Database
 from engine.store.records import AuditEntry, PairLimit, ProviderRecord, TenantRecord, WorkerRecord
 from engine.store.schema import audit_log, providers, rate_limits, tenants, workers

@@ -19,8 +19,8 @@ from sqlalchemy import event, exc
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from engine.errors import ConfigError, StoreError, StoreUnavailable
-from engine.policy import STORE_RETRY
+from engine.core.errors import ConfigError, StoreError, StoreUnavailable
+from engine.core.policy import STORE_RETRY
 from engine.store.translate import Locked, pg_lost, translated
 
 # asyncpg is imported where Postgres needs it, once a Postgres store connects: a command on

@@ -19,8 +19,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from engine.crypto import SecretBox, mask
-from engine.domain import NotificationState, Outcome
+from engine.core.crypto import SecretBox, mask
+from engine.core.domain import NotificationState, Outcome
 from engine.store.database import Database
 from engine.store.records import DeliveryEntry, DepthRow, NotificationView
 from engine.store.schema import (

@@ -1,4 +1,4 @@
-"""Provider health in the store: the circuit every process shares (engine/health.py).
+"""Provider health in the store: the circuit every process shares (engine/core/health.py).
 
 Reads are bounded: one row per provider. Every change is a read-modify-write of one row in one
 write transaction, the row locked (``FOR UPDATE`` on Postgres; SQLite's ``BEGIN IMMEDIATE``
@@ -15,8 +15,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from engine.errors import NotFound
-from engine.health import CircuitState, Health, ProviderHealth, closed
+from engine.core.errors import NotFound
+from engine.core.health import CircuitState, Health, ProviderHealth, closed
 from engine.store.config import write_audit
 from engine.store.database import Database
 from engine.store.schema import provider_health, providers

@@ -19,8 +19,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from engine.domain import NotificationState
-from engine.retention import PruneReport, Retention
+from engine.core.domain import NotificationState
+from engine.core.retention import PruneReport, Retention
 from engine.store.database import Database, picked_once
 from engine.store.records import StoreSize
 from engine.store.schema import (

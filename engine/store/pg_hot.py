@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from engine.domain import NotificationState, Outcome
+from engine.core.domain import NotificationState, Outcome
 from engine.store.records import Completion
 
 __all__ = [

@@ -14,8 +14,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from engine.domain import NotificationState, Outcome
-from engine.errors import SecretUnreadable
+from engine.core.domain import NotificationState, Outcome
+from engine.core.errors import SecretUnreadable
 from engine.store import pg_hot, sqlite_hot
 from engine.store.database import picked_once
 from engine.store.notify import CHANNEL

@@ -14,8 +14,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from engine.crypto import SecretBox, mask
-from engine.domain import NotificationState, Outcome
+from engine.core.crypto import SecretBox, mask
+from engine.core.domain import NotificationState, Outcome
 from engine.store.database import Database
 from engine.store.records import DeliveryEntry, DepthRow, DueKey, Enqueue, NotificationView
 from engine.store.schema import delivery_log, notifications, queue_counts

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.domain import Limit, Message, NotificationState, Outcome
+from engine.core.domain import Limit, Message, NotificationState, Outcome
 
 __all__ = [
     "AuditEntry",

@@ -26,8 +26,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from engine.crypto import SecretBox
-from engine.errors import OmniPostError
+from engine.core.crypto import SecretBox
+from engine.core.errors import OmniPostError
 from engine.store.database import Database
 from engine.store.schema import notifications, providers, tenants
 

@@ -73,7 +73,7 @@ notifications = sa.Table(
     sa.Column("id", BigId, primary_key=True, autoincrement=True),
     sa.Column("tenant_id", sa.Integer, sa.ForeignKey("tenants.id"), nullable=False),
     sa.Column("provider_id", sa.Integer, sa.ForeignKey("providers.id"), nullable=False),
-    sa.Column("recipient", sa.Text, nullable=False),  # SecretBox token (engine/crypto.py)
+    sa.Column("recipient", sa.Text, nullable=False),  # SecretBox token (engine/core/crypto.py)
     sa.Column("payload", sa.Text, nullable=False),  # JSON
     sa.Column("idempotency_key", sa.String(200), nullable=False),
     sa.Column("priority", sa.Integer, nullable=False, server_default="0"),
@@ -238,7 +238,8 @@ chore_leases = sa.Table(
 )
 
 # One row per provider whose circuit ever opened (migration 0004): what every process reads to
-# skip a provider that is down, and the lease of the one probe that tests it (engine/health.py).
+# skip a provider that is down, and the lease of the one probe that tests it
+# (engine/core/health.py).
 provider_health = sa.Table(
     "provider_health",
     metadata,

@@ -23,7 +23,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from engine.domain import NotificationState
+from engine.core.domain import NotificationState
 from engine.store.records import Completion
 
 __all__ = [

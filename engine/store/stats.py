@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from engine.domain import Outcome
+from engine.core.domain import Outcome
 from engine.store.database import Database
 from engine.store.records import SendSample
 from engine.store.schema import delivery_log

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Self
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from engine.crypto import SecretBox
-from engine.errors import StoreError
+from engine.core.crypto import SecretBox
+from engine.core.errors import StoreError
 from engine.store.config import ConfigRepo
 from engine.store.database import Database, masked_url, normalize_url
 from engine.store.glance import GlanceReads

@@ -10,8 +10,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from engine.domain import Limit, validate_name
-from engine.errors import ConfigError, Conflict
+from engine.core.domain import Limit, validate_name
+from engine.core.errors import ConfigError, Conflict
 from engine.store.schema import tenants
 
 __all__ = ["TenantImport", "TenantNames", "TenantSpec", "check_tenant_specs", "write_tenants"]

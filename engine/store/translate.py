@@ -12,7 +12,7 @@ from typing import NoReturn
 
 from sqlalchemy import exc
 
-from engine.errors import Conflict, NotFound, StoreError, StoreUnavailable
+from engine.core.errors import Conflict, NotFound, StoreError, StoreUnavailable
 
 __all__ = ["Locked", "first_line", "pg_lost", "translated"]
 

@@ -1,0 +1,162 @@
+"""The engine's configuration: tenants, providers and their limits, workers, and the audit log.
+
+Every change is written to the store with the engine's actor (audited) and applied live.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+
+from engine.api.parts import EngineParts
+from engine.core.domain import UNSET, BucketKey, Limit, Unset, validate_name
+from engine.core.errors import ConfigError, NotFound
+from engine.providers.base import ProviderConfig
+from engine.store import (
+    AuditEntry,
+    PairLimit,
+    ProviderRecord,
+    TenantImport,
+    TenantRecord,
+    TenantSpec,
+    WorkerRecord,
+)
+
+__all__ = ["ConfigApi"]
+
+
+class ConfigApi(EngineParts):
+    async def add_tenant(
+        self, name: str, limit: Limit | None = None, *, enabled: bool = True
+    ) -> TenantRecord:
+        record = await self.store.config.add_tenant(
+            name, limit, enabled=enabled, now=self.clock.wall(), actor=self.actor
+        )
+        await self._applied()
+        return record
+
+    async def update_tenant(
+        self, name: str, *, limit: Limit | Unset | None = UNSET, enabled: bool | None = None
+    ) -> TenantRecord:
+        """Change a tenant's limit (``None`` removes it) or enabled flag; applied live."""
+        record = await self.store.config.update_tenant(
+            name, limit=limit, enabled=enabled, now=self.clock.wall(), actor=self.actor
+        )
+        await self._applied()
+        return record
+
+    async def import_tenants(
+        self, specs: Sequence[TenantSpec], *, update: bool = False
+    ) -> TenantImport:
+        """Add the tenants of ``specs`` (``parse_tenant_lines`` reads them from JSON lines) in
+        one transaction, audited as one entry; applied live. With ``update``, tenants that
+        exist take the spec's limit and enabled flag; without, one that exists is refused
+        (``Conflict``). All or nothing: any refusal, one sentence naming the spec's line,
+        writes none of them."""
+        summary = await self.store.config.import_tenants(
+            specs, update=update, now=self.clock.wall(), actor=self.actor
+        )
+        await self._applied()
+        return summary
+
+    def check_provider(
+        self, name: str, kind: str, options: Mapping[str, str], secrets: Mapping[str, str]
+    ) -> None:
+        """Raise ConfigError with one sentence unless the provider could be built as given."""
+        validate_name("provider", name)
+        factory = self.factories.get(kind)
+        if factory is None:
+            kinds = ", ".join(sorted(self.factories))
+            raise ConfigError(f"provider kind {kind!r} is not known; use one of {kinds}.")
+        provider = factory(ProviderConfig(name, kind, dict(options), dict(secrets)))
+        # Built only to validate; nothing was opened yet, so closing is cheap.
+        self._keep(asyncio.ensure_future(provider.aclose()))
+
+    async def add_provider(
+        self,
+        name: str,
+        kind: str,
+        limit: Limit | None = None,
+        options: Mapping[str, str] | None = None,
+        secrets: Mapping[str, str] | None = None,
+    ) -> ProviderRecord:
+        self.check_provider(name, kind, options or {}, secrets or {})
+        record = await self.store.config.add_provider(
+            name, kind, limit, options or {}, secrets or {}, now=self.clock.wall(), actor=self.actor
+        )
+        await self._applied()
+        return record
+
+    async def update_provider(
+        self,
+        name: str,
+        *,
+        kind: str | None = None,
+        limit: Limit | Unset | None = UNSET,
+        options: Mapping[str, str] | None = None,
+        secrets: Mapping[str, str] | None = None,
+    ) -> ProviderRecord:
+        current = await self.store.config.provider(name, with_secrets=True)
+        merged_options = {**current.options, **(options or {})}
+        merged_secrets = {**current.secrets, **(secrets or {})}
+        self.check_provider(
+            name,
+            kind or current.kind,
+            {k: v for k, v in merged_options.items() if v != ""},
+            {k: v for k, v in merged_secrets.items() if v != ""},
+        )
+        record = await self.store.config.update_provider(
+            name,
+            kind=kind,
+            limit=limit,
+            options=options,
+            secrets=secrets,
+            now=self.clock.wall(),
+            actor=self.actor,
+        )
+        await self._applied()
+        return record
+
+    async def set_pair_limit(self, tenant: str, provider: str, limit: Limit | None) -> None:
+        await self.store.config.set_pair_limit(
+            tenant, provider, limit, now=self.clock.wall(), actor=self.actor
+        )
+        await self._applied()
+
+    async def tenants(self) -> list[TenantRecord]:
+        return await self.store.config.tenants()
+
+    async def providers(self) -> list[ProviderRecord]:
+        return await self.store.config.providers()
+
+    async def workers(self) -> list[WorkerRecord]:
+        since = self.clock.wall() - self.settings.worker_ttl_s
+        return await self.store.config.workers(alive_since=since)
+
+    async def pair_limits(self) -> list[PairLimit]:
+        return await self.store.config.pair_limits()
+
+    async def limits(self) -> dict[BucketKey, Limit]:
+        """Every configured limit by the bucket it sets: tenants, providers, pairs."""
+        tenants = await self.tenants()
+        providers = await self.providers()
+        limits = {BucketKey.for_tenant(t.name): t.limit for t in tenants if t.limit is not None}
+        limits |= {BucketKey.for_provider(p.name): p.limit for p in providers if p.limit}
+        pairs = await self.pair_limits()
+        return limits | {BucketKey.for_pair(p.tenant, p.provider): p.limit for p in pairs}
+
+    async def audit_entries(self, *, limit: int = 100) -> list[AuditEntry]:
+        """The newest audit entries, newest first."""
+        return await self.store.config.audit_log(limit=limit)
+
+    async def check_names(
+        self, *, tenants: Sequence[str] = (), providers: Sequence[str] = ()
+    ) -> None:
+        """Raise NotFound, naming the first, unless every tenant and provider exists."""
+        for tenant in tenants:
+            await self._ids(tenant)
+        for provider in providers:
+            if self.directory.provider_id(provider) is None:
+                await self.directory.refresh()
+            if self.directory.provider_id(provider) is None:
+                raise NotFound(f"no provider named {provider!r}.")

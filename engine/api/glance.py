@@ -1,0 +1,48 @@
+"""Reads for a console over thousands of tenants, each costing what it returns rather than a
+read per tenant: the newest deliveries and notifications of every tenant at once, and a token
+that tells whether the configuration changed (so that 10,000 tenants are not read again every
+few seconds to find out)."""
+
+from __future__ import annotations
+
+from engine.api.parts import EngineParts
+from engine.core.domain import NotificationState
+from engine.store import DeliveryEntry, NotificationView
+
+__all__ = ["GlanceApi"]
+
+QUEUED_FROM_TENANTS = 20  # queued notifications across tenants: of this many deepest tenants
+
+
+class GlanceApi(EngineParts):
+    async def deliveries_after(self, after_id: int, *, limit: int = 200) -> list[DeliveryEntry]:
+        """The newest ``limit`` send attempts of any tenant after ``after_id``, newest first:
+        one read, however many tenants sent."""
+        return await self.store.glance.deliveries_after(after_id, limit=limit)
+
+    async def newest_notifications(
+        self, state: NotificationState | None, *, limit: int = 200
+    ) -> list[NotificationView]:
+        """Up to ``limit`` notifications of every tenant in ``state`` (None: any), newest id
+        first: dead and delivered ones by when they finished, leased ones by lease expiry
+        (one index range each); queued ones are the oldest waiting of the
+        ``QUEUED_FROM_TENANTS`` tenants with the most queued (no index orders queued rows
+        across tenants). The cost follows ``limit``, not the tenants."""
+        states = [state] if state is not None else list(NotificationState)
+        found: list[NotificationView] = []
+        for one in states:
+            if one is NotificationState.QUEUED:
+                overview = await self.store.glance.overview(QUEUED_FROM_TENANTS)
+                for tenant_id, _queued in overview.deepest:
+                    found += await self.store.queue.list_by_tenant(
+                        tenant_id, state=one, limit=limit
+                    )
+            else:
+                found += await self.store.glance.newest_in_state(one, limit)
+        found.sort(key=lambda v: v.id, reverse=True)
+        return found[:limit]
+
+    async def config_token(self) -> tuple[int, ...]:
+        """A value that changes whenever tenants, providers or limits change (the newest audit
+        entry, and how many of each there are): four aggregates, however many tenants."""
+        return await self.store.glance.config_token()

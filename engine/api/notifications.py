@@ -1,0 +1,135 @@
+"""The engine's notifications: enqueue, look up, retry or discard dead ones, and test sends."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from engine.api.parts import EngineParts
+from engine.core.domain import Message, NotificationState, SendResult, check_recipient_and_key
+from engine.core.errors import ConfigError, NotFound
+from engine.store import DeliveryEntry, EnqueueResult, NewNotification, NotificationView
+
+__all__ = ["NotificationsApi"]
+
+
+class NotificationsApi(EngineParts):
+    async def enqueue(
+        self,
+        tenant: str,
+        provider: str,
+        recipient: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        key: str | None = None,
+        priority: int = 0,
+    ) -> EnqueueResult:
+        """Queue one notification; with a key the tenant used before, return that one instead."""
+        results = await self.enqueue_many(
+            tenant, [(provider, recipient, payload or {}, key, priority)]
+        )
+        return results[0]
+
+    async def enqueue_many(
+        self,
+        tenant: str,
+        items: Sequence[tuple[str, str, dict[str, Any], str | None, int]],
+    ) -> list[EnqueueResult]:
+        """Queue ``(provider, recipient, payload, key, priority)`` items of one tenant together."""
+        tenant_id, _ = await self._ids(tenant)
+        provider_ids = {name: (await self._ids(tenant, name))[1] for name in {i[0] for i in items}}
+        rows = []
+        for provider, recipient, payload, key, priority in items:
+            check_recipient_and_key(recipient, key)
+            rows.append(
+                NewNotification(
+                    provider_id=provider_ids[provider],
+                    recipient=recipient,
+                    payload=payload,
+                    idempotency_key=key or uuid.uuid4().hex,
+                    priority=priority,
+                    max_attempts=self.settings.max_attempts,
+                )
+            )
+        results = await self.store.queue.enqueue(tenant_id, rows, now=self.clock.wall())
+        due: dict[tuple[int, int], int] = {}
+        for row, result in zip(rows, results, strict=True):
+            if not result.duplicate:
+                due_key = (tenant_id, row.provider_id)
+                due[due_key] = due.get(due_key, 0) + 1
+        self.dispatcher.enqueued(due)
+        return results
+
+    async def notifications(
+        self, tenant: str, *, state: NotificationState | None = None, limit: int = 100
+    ) -> list[NotificationView]:
+        tenant_id, _ = await self._ids(tenant)
+        return await self.store.queue.list_by_tenant(tenant_id, state=state, limit=limit)
+
+    async def deliveries(self, tenant: str, *, limit: int = 100) -> list[DeliveryEntry]:
+        """The tenant's newest send attempts (the delivery log), newest first."""
+        tenant_id, _ = await self._ids(tenant)
+        return await self.store.queue.deliveries(tenant_id, limit=limit)
+
+    async def dead(
+        self, tenant: str | None = None, *, limit: int = 1000
+    ) -> list[tuple[str, NotificationView]]:
+        """Dead notifications as (tenant name, view), of one tenant or of every tenant."""
+        found: list[tuple[str, NotificationView]] = []
+        for name in await self._tenant_names(tenant):
+            rows = await self.notifications(name, state=NotificationState.DEAD, limit=limit)
+            found.extend((name, row) for row in rows)
+        return found
+
+    async def retry_dead(self, ids: Sequence[int] | None, *, tenant: str | None = None) -> int:
+        """Queue dead notifications again; ``ids=None`` means every dead one (of ``tenant``)."""
+        return await self._repair("dead.retry", ids, tenant)
+
+    async def discard_dead(self, ids: Sequence[int] | None, *, tenant: str | None = None) -> int:
+        return await self._repair("dead.discard", ids, tenant)
+
+    async def _repair(self, action: str, ids: Sequence[int] | None, tenant: str | None) -> int:
+        total = 0
+        for name in await self._tenant_names(tenant):
+            tenant_id, _ = await self._ids(name)
+            now = self.clock.wall()
+            if action == "dead.retry":
+                count = await self.store.queue.retry_dead(tenant_id, ids, now=now)
+            else:
+                count = await self.store.queue.discard_dead(tenant_id, ids)
+            if count:
+                detail = {"count": count, "ids": list(ids) if ids is not None else "all"}
+                await self.store.config.audit(self.actor, action, tenant_id, detail, now=now)
+            total += count
+        self.dispatcher.wake()
+        return total
+
+    async def _tenant_names(self, tenant: str | None) -> list[str]:
+        """``[tenant]``, or every tenant's name when None."""
+        if tenant is not None:
+            return [tenant]
+        return [t.name for t in await self.store.config.tenants()]
+
+    async def test_send(
+        self, provider: str, recipient: str, payload: dict[str, Any] | None = None
+    ) -> SendResult:
+        """Send one message through ``provider`` now, outside the queue and the limits."""
+        await self.directory.refresh()
+        provider_id = self.directory.provider_id(provider)
+        if provider_id is None:
+            raise NotFound(f"no provider named {provider!r}.")
+        instance = self.directory.instances.get(provider_id)
+        if instance is None:
+            reason = self.directory.broken.get(provider_id, "it is not configured")
+            raise ConfigError(f"provider {provider!r} cannot send: {reason}.")
+        message = Message(
+            notification_id=0,
+            tenant="omnipost-test",
+            provider=provider,
+            recipient=recipient,
+            payload=payload or {"subject": "OmniPost test", "text": "A test send from OmniPost."},
+            idempotency_key=f"test-{uuid.uuid4().hex}",
+            attempt=1,
+        )
+        return await instance.send(message)

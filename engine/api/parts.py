@@ -1,0 +1,114 @@
+"""The engine's parts, built once and shared by the pieces of its API.
+
+``Engine`` is put together from ``ConfigApi``, ``NotificationsApi`` and ``RetentionApi`` on top
+of ``EngineParts``: each piece is one job in one module, and all of them work on the same store,
+directory, dispatcher and clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import socket
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from engine.core.clock import Clock, SystemClock
+from engine.core.errors import NotFound
+from engine.dispatch.directory import Directory
+from engine.dispatch.dispatcher import Dispatcher, DispatcherSettings
+from engine.limits.limiter import Limiter
+from engine.providers.base import ProviderFactory
+from engine.store import Store
+from engine.views.telemetry import Telemetry
+
+__all__ = ["EngineParts", "EngineSettings"]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    dispatch: DispatcherSettings = field(default_factory=DispatcherSettings)
+    heartbeat_s: float = 2.0  # lease renewal and worker heartbeat
+    reap_s: float = 5.0
+    config_refresh_s: float = 2.0  # picks up limits changed by other processes
+    max_attempts: int = 5
+    worker_ttl_s: float = 15.0  # a worker silent this long is not listed as live
+    # Retention: every engine tries the prune chore this often (jittered); the store's chore
+    # lease lets one of them run it per period. A background pass stops after its budget and
+    # the next one goes on where it stopped.
+    prune_s: float = 300.0
+    prune_budget_s: float = 20.0
+
+
+class EngineParts:
+    """Builds the parts and resolves names for every piece of the API."""
+
+    def __init__(
+        self,
+        store: Store,
+        limiter: Limiter,
+        factories: Mapping[str, ProviderFactory],
+        *,
+        clock: Clock | None = None,
+        settings: EngineSettings | None = None,
+        actor: str = "engine",
+        rng: random.Random | None = None,
+    ) -> None:
+        # Public for tests and the composition root only; callers use the engine's methods and
+        # read models, never these parts.
+        self.store = store
+        self.limiter = limiter
+        self.factories = dict(factories)
+        self.clock = clock or SystemClock()
+        self.settings = settings or EngineSettings()
+        self.actor = actor
+        self.telemetry = Telemetry(self.clock)
+        self.directory = Directory(store, limiter, self.factories)
+        self._rng = rng
+        self.worker_id, self.dispatcher = self._new_worker(self.settings.dispatch.concurrency)
+        self._side: set[asyncio.Future[None]] = set()
+
+    def _new_worker(self, concurrency: int) -> tuple[str, Dispatcher]:
+        """A new worker id and a dispatcher for it over the same store, limiter, directory and
+        telemetry. Worker ids are unique per start: the store fences leases on them, so a
+        restarted engine must never complete what its previous run leased."""
+        worker_id = f"{socket.gethostname()[:40]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        dispatcher = Dispatcher(
+            self.store,
+            self.limiter,
+            self.directory,
+            self.telemetry,
+            self.clock,
+            owner=worker_id,
+            settings=self.settings.dispatch,
+            rng=self._rng,
+        )
+        dispatcher.set_concurrency(concurrency)
+        return worker_id, dispatcher
+
+    async def _ids(self, tenant: str, provider: str | None = None) -> tuple[int, int]:
+        """The store ids of ``tenant`` and ``provider`` (0 when None), looking in the store
+        once when the directory does not know them yet; raises NotFound for a missing one."""
+        tenant_id = self.directory.tenant_id(tenant)
+        provider_id = self.directory.provider_id(provider) if provider is not None else 0
+        if tenant_id is None or provider_id is None:
+            await self.directory.refresh()
+            tenant_id = self.directory.tenant_id(tenant)
+            provider_id = self.directory.provider_id(provider) if provider is not None else 0
+        if tenant_id is None:
+            raise NotFound(f"no tenant named {tenant!r}.")
+        if provider_id is None:
+            raise NotFound(f"no provider named {provider!r}.")
+        return tenant_id, provider_id
+
+    async def _applied(self) -> None:
+        """After a configuration change: load it, and let waiting sends see the new limits."""
+        await self.directory.refresh()
+        self.dispatcher.wake()
+
+    def _keep(self, future: asyncio.Future[None]) -> None:
+        """Hold a reference to ``future`` until it is done, so it is not collected mid-way."""
+        self._side.add(future)
+        future.add_done_callback(self._side.discard)

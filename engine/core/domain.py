@@ -1,0 +1,274 @@
+"""Domain types shared by the store, the limiter, the dispatcher and the providers."""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from engine.core.errors import ConfigError
+
+__all__ = [
+    "MAX_KEY_CHARS",
+    "UNSET",
+    "BucketKey",
+    "BucketLevel",
+    "Limit",
+    "Message",
+    "NotificationState",
+    "Outcome",
+    "SendResult",
+    "Unset",
+    "check_recipient_and_key",
+    "is_text",
+    "limit_of",
+    "parse_rate",
+    "validate_name",
+]
+
+
+class Unset(enum.Enum):
+    """The type of ``UNSET``: write ``limit: Limit | Unset | None = UNSET``, and ``limit is not
+    UNSET`` narrows it to ``Limit | None``. An enum of one member, so type checkers know there
+    is no other value (PEP 484's pattern for sentinels)."""
+
+    UNSET = "unset"
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+# "Leave this as it is" for optional arguments where None already means something ("remove the
+# limit"). One object shared by every layer, so it survives being passed along.
+UNSET: Final = Unset.UNSET
+
+
+class NotificationState(enum.StrEnum):
+    QUEUED = "queued"
+    LEASED = "leased"
+    DELIVERED = "delivered"
+    DEAD = "dead"
+
+
+class Outcome(enum.StrEnum):
+    DELIVERED = "delivered"
+    THROTTLED = "throttled"
+    TRANSIENT = "transient"
+    PERMANENT = "permanent"
+    # The provider could not take any message (refused connection, TLS, login, timeout): the
+    # message was not tried, spends no attempt, and the failure counts toward the provider's
+    # circuit breaker (engine/core/health.py).
+    UNAVAILABLE = "unavailable"
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """A token-bucket limit: ``rate_per_s`` tokens a second, at most ``burst`` saved up."""
+
+    rate_per_s: float
+    burst: float
+
+    def __post_init__(self) -> None:
+        check_limit(self.rate_per_s, self.burst)
+
+    def __str__(self) -> str:
+        return f"{self.rate_per_s:g}/s burst {self.burst:g}"
+
+
+def check_limit(rate_per_s: float, burst: float) -> None:
+    """Raise ``ConfigError`` (a ``ValueError``) unless the rate and burst make a usable bucket."""
+    if not isinstance(rate_per_s, int | float) or not math.isfinite(rate_per_s) or rate_per_s <= 0:
+        raise ConfigError(f"rate must be a finite number above 0 per second, not {rate_per_s!r}.")
+    if not isinstance(burst, int | float) or not math.isfinite(burst) or burst < 1:
+        raise ConfigError(f"burst must be a finite number of at least 1, not {burst!r}.")
+
+
+class BucketScope(enum.StrEnum):
+    TENANT = "tenant"
+    PROVIDER = "provider"
+    PAIR = "pair"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class BucketKey:
+    """Names one bucket: a tenant's, a provider's, or a (tenant, provider) pair's."""
+
+    scope: BucketScope
+    tenant: str = ""
+    provider: str = ""
+    # Keys are looked up in dicts and sets on every reservation: hashed once, when made.
+    _hash: int = field(init=False, repr=False, compare=False, hash=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.scope, self.tenant, self.provider)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @classmethod
+    def for_tenant(cls, tenant: str) -> BucketKey:
+        return cls(BucketScope.TENANT, tenant=tenant)
+
+    @classmethod
+    def for_provider(cls, provider: str) -> BucketKey:
+        return cls(BucketScope.PROVIDER, provider=provider)
+
+    @classmethod
+    def for_pair(cls, tenant: str, provider: str) -> BucketKey:
+        return cls(BucketScope.PAIR, tenant=tenant, provider=provider)
+
+    @classmethod
+    def for_send(cls, tenant: str, provider: str) -> tuple[BucketKey, BucketKey, BucketKey]:
+        """Every bucket that may apply to one send of ``tenant`` through ``provider``."""
+        return (cls.for_tenant(tenant), cls.for_provider(provider), cls.for_pair(tenant, provider))
+
+    def __str__(self) -> str:
+        if self.scope is BucketScope.TENANT:
+            return f"tenant:{self.tenant}"
+        if self.scope is BucketScope.PROVIDER:
+            return f"provider:{self.provider}"
+        return f"pair:{self.tenant}/{self.provider}"
+
+
+@dataclass(frozen=True, slots=True)
+class BucketLevel:
+    """One bucket's state at one instant, for telemetry and the console."""
+
+    key: BucketKey
+    tokens: float
+    burst: float
+    rate_per_s: float
+    blocked_for_s: float = 0.0
+
+    @property
+    def fill(self) -> float:
+        return max(0.0, min(1.0, self.tokens / self.burst))
+
+
+@dataclass(slots=True)  # a value; not frozen: built per send (see engine/store/records.py)
+class Message:
+    """What a provider is asked to deliver. ``recipient`` is plaintext: never log it.
+
+    Two counts, for two readers. ``attempt`` is the lease's claim number, bumped by every claim
+    (throttled sends, lease takeovers and requeues included): it rises with every redelivery,
+    and is what the store fences on. ``delivery_attempt`` is the attempt as the retry policy
+    counts it and a receiver understands it: 1 for the first, one more after each transient
+    failure, never above the notification's ``max_attempts``.
+    """
+
+    notification_id: int
+    tenant: str
+    provider: str
+    recipient: str = field(repr=False)
+    payload: dict[str, Any]
+    idempotency_key: str
+    attempt: int
+    delivery_attempt: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """A provider's answer. ``retry_after_s`` only means something for THROTTLED.
+
+    ``provider_fault`` marks a TRANSIENT failure that is the provider's rather than the
+    message's (an HTTP 5xx, an SMTP server error not about the recipient): the message was
+    tried and spends its attempt, but a run of them opens the provider's circuit. UNAVAILABLE
+    is always the provider's fault."""
+
+    outcome: Outcome
+    detail: str = ""
+    retry_after_s: float | None = None
+    provider_fault: bool = False
+
+    @property
+    def is_provider_fault(self) -> bool:
+        """Whether this failure counts toward the provider's circuit breaker."""
+        return self.outcome is Outcome.UNAVAILABLE or self.provider_fault
+
+    @classmethod
+    def delivered(cls, detail: str = "") -> SendResult:
+        return cls(Outcome.DELIVERED, detail)
+
+    @classmethod
+    def throttled(cls, retry_after_s: float | None = None, detail: str = "") -> SendResult:
+        return cls(Outcome.THROTTLED, detail or "throttled by provider", retry_after_s)
+
+    @classmethod
+    def transient(cls, detail: str, *, provider_fault: bool = False) -> SendResult:
+        return cls(Outcome.TRANSIENT, detail, provider_fault=provider_fault)
+
+    @classmethod
+    def unavailable(cls, detail: str) -> SendResult:
+        """The provider cannot take any message now; nothing was sent."""
+        return cls(Outcome.UNAVAILABLE, detail)
+
+    @classmethod
+    def permanent(cls, detail: str) -> SendResult:
+        return cls(Outcome.PERMANENT, detail)
+
+
+_RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?:/\s*(s|sec|min|m|h|hr))?\s*$")
+_PER_S = {None: 1.0, "s": 1.0, "sec": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0, "hr": 3600.0}
+
+
+def parse_rate(text: str) -> float:
+    """Parse ``"5"``, ``"5/s"``, ``"300/min"`` or ``"1000/h"`` into tokens per second.
+
+    Raises ``ConfigError`` for anything else, including zero, negative and non-finite rates.
+    """
+    match = _RATE.match(text)
+    if match is None:
+        raise ConfigError(f"cannot read {text[:40]!r} as a rate; write N, N/s, N/min or N/h.")
+    rate = float(match.group(1)) / _PER_S[match.group(2)]
+    if not math.isfinite(rate) or rate <= 0:
+        raise ConfigError(f"rate {text[:40]!r} must be a finite number above 0.")
+    return rate
+
+
+def limit_of(rate: str, burst: float | None = None) -> Limit:
+    """The limit ``--rate RATE --burst BURST`` asks for, as every command reads the two: RATE
+    as ``parse_rate`` reads it; no BURST is one second's worth, at least 1. Raises
+    ``ConfigError`` with one sentence."""
+    per_s = parse_rate(rate)
+    return Limit(per_s, max(1.0, per_s) if burst is None else burst)
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+
+
+def validate_name(kind: str, name: str) -> str:
+    """Tenant and provider names: 1-63 of letters, digits, '_', '.', '-', starting alphanumeric."""
+    if not _NAME.fullmatch(name):  # match() would let a trailing newline through ($)
+        shown = name[:40] + ("..." if len(name) > 40 else "")
+        raise ConfigError(
+            f"{kind} name {shown!r} is not valid; use 1-63 letters, digits, '_', '.' or '-'."
+        )
+    return name
+
+
+MAX_KEY_CHARS = 200  # an idempotency key's longest length
+
+
+def check_recipient_and_key(recipient: str, key: str | None) -> None:
+    """Raise ``ConfigError`` unless a notification may go to ``recipient`` with idempotency key
+    ``key`` (``None``: one is made up): a recipient is not empty, a key is 1 to
+    ``MAX_KEY_CHARS`` long, and both are valid Unicode text."""
+    if not recipient:
+        raise ConfigError("the recipient must not be empty.")
+    if key is not None and not 0 < len(key) <= MAX_KEY_CHARS:
+        raise ConfigError(f"an idempotency key must be 1 to {MAX_KEY_CHARS} characters.")
+    for what, text in (("the recipient", recipient), ("the idempotency key", key or "")):
+        if not is_text(text):  # undecodable bytes from a shell or a file: no UTF-8 form
+            raise ConfigError(f"{what} holds characters that are not valid Unicode text.")
+
+
+def is_text(text: str) -> bool:
+    """Whether ``text`` has a UTF-8 form: not so for lone surrogates, which is how Python keeps
+    bytes it could not decode (from ``argv``, a file, or a JSON escape such as ``"\\udcff"``)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

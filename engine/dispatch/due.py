@@ -1,0 +1,336 @@
+"""The dispatcher's book of (tenant, provider) keys with work, between its looks at the store.
+
+A multi-tenant store has thousands of keys, most of them with a little work and no tokens at
+any instant. The book keeps each key in exactly one place, so that a round touches only the
+keys it can serve now and its cost follows the sends, not the keys:
+
+- **ready**: due work, and tokens as far as the book knows; one line per provider, in turn
+  (a key served goes to the back of its line: round-robin among the provider's tenants);
+- **waiting**: due work, but its own buckets (the tenant's, the pair's) grant nothing before
+  an instant: a timer heap, not visited before then;
+- **parked**: queued rows none of which is due (a retry's back-off), with when the first falls
+  due and the queued count the store showed; or drained, to be looked at alone (``probes``).
+
+A provider whose bucket ran dry is held as a whole until it refills: its line is not visited.
+Keys come in from the store's kept counts (``look``), this process's enqueues and requeues, and
+other processes' enqueues (``add``, from NOTIFY payloads), never by probing every key.
+
+Not thread-safe; one loop. Pure bookkeeping: times are given, nothing is awaited.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import heapq
+from collections.abc import Iterable, Iterator, Mapping
+
+from engine.core.domain import BucketScope
+from engine.limits.limiter import Reservation
+from engine.store import DueKey
+
+__all__ = ["DueBook", "Key"]
+
+Key = tuple[int, int]  # (tenant id, provider id)
+_LONGEST_WAIT_S = 30.0  # a key behind a very slow bucket asks again at least this often
+
+
+class DueBook:
+    def __init__(self, cap: int) -> None:
+        self._cap = cap  # counts are kept up to this: the dispatcher needs at least a batch
+        self.due: dict[Key, int] = {}  # every ready or waiting key: rows due, as far as known
+        self._lines: dict[int, collections.deque[Key]] = {}  # provider -> ready keys, in turn
+        self._waiting: list[tuple[float, Key]] = []  # (monotonic time, key), lazily deleted
+        self._wait_until: dict[Key, float] = {}  # the live entry of each waiting key
+        self._held: dict[int, float] = {}  # provider -> monotonic time its bucket refills
+        # Parked keys: the queued count the store last showed (None: not seen since parked).
+        self._parked: dict[Key, int | None] = {}
+        self._later: list[tuple[float, Key]] = []  # (wall time, parked key) its rows fall due
+        self._later_at: dict[Key, float] = {}
+        self.probes: set[Key] = set()  # drained keys (or capped counts that ran out): look at alone
+        self._capped: set[Key] = set()  # ready or waiting keys whose count is a floor: maybe more
+        self._fresh: set[Key] = set()  # added since the look under way began: kept by it
+        self._fresh_probe: set[Key] = set()  # added or delayed since the probe began
+
+    def __len__(self) -> int:
+        """Keys ready or waiting."""
+        return len(self.due)
+
+    # -- keys coming in --------------------------------------------------------------------
+
+    def add(self, key: Key, n: int) -> None:
+        """``n`` more rows of ``key`` are due now (an enqueue, a requeue)."""
+        if n <= 0:
+            return
+        self._fresh.add(key)
+        self._fresh_probe.add(key)
+        known = self.due.get(key)
+        if known is not None:
+            self.due[key] = known + n  # ready or waiting: it keeps its place
+            return
+        self._unpark(key)
+        self.probes.discard(key)
+        self._ready(key, n)
+
+    def later(self, key: Key, at: float) -> None:
+        """A row of ``key`` falls due at wall time ``at`` (a retry after its back-off)."""
+        self._fresh_probe.add(key)
+        if key in self.due:
+            self._capped.add(key)  # served anyway; once its count runs out, looked at alone
+            return
+        if key not in self._parked:
+            self.probes.discard(key)
+            self._parked[key] = None
+        known = self._later_at.get(key)
+        if known is None or at < known:
+            self._later_at[key] = at
+            heapq.heappush(self._later, (at, key))
+
+    def begin_look(self) -> None:
+        """A look at the store's counts starts: keys added from now on are newer than it."""
+        self._fresh = set()
+
+    def look(self, queued: Mapping[Key, int]) -> None:
+        """The store's kept counts of queued rows per key (every key with some), read since
+        ``begin_look``: keys it does not list have none (unless added since); a parked key
+        whose count is unchanged stays parked; the others are due, as far as the book knows,
+        and a short claim corrects it."""
+        fresh, self._fresh = self._fresh, set()
+        for key in [k for k in self.due if k not in queued and k not in fresh]:
+            self._drop(key)
+        for key in [k for k in self._parked if k not in queued]:
+            self._unpark(key)
+        self.probes &= queued.keys()
+        for key, n in queued.items():
+            if n <= 0:
+                continue
+            if key in self.due:
+                self._count(key, n)
+            elif key in self._parked:
+                seen = self._parked[key]
+                if seen is None:
+                    self._parked[key] = n  # the baseline for the next look
+                elif n > seen:  # rows came in (or went back to the queue) since
+                    self._unpark(key)
+                    self._ready(key, n)
+            elif key not in self.probes:
+                self._ready(key, n)
+
+    def begin_probe(self) -> None:
+        """A look at the keys of ``probes`` alone starts."""
+        self._fresh_probe = set()
+
+    def probed(self, keys: Iterable[Key], found: Iterable[DueKey]) -> None:
+        """What a look at ``keys`` alone found (``found``: those with queued rows), since
+        ``begin_probe``; a key added or delayed meanwhile keeps what that said instead."""
+        answers = {(d.tenant_id, d.provider_id): d for d in found}
+        fresh, self._fresh_probe = self._fresh_probe, set()
+        for key in keys:
+            self.probes.discard(key)
+            if key in fresh:
+                continue
+            answer = answers.get(key)
+            if answer is None:
+                self._drop(key)
+                self._unpark(key)
+            elif answer.due > 0:
+                self._unpark(key)
+                if key in self.due:
+                    self._count(key, answer.due)
+                else:
+                    self._ready(key, answer.due)
+            else:
+                self._drop(key)
+                self.later(key, answer.next_available_at)
+
+    # -- a round ---------------------------------------------------------------------------
+
+    def wake(self, mono: float, wall: float) -> None:
+        """Waiting keys whose instant has come go to the front of their lines, parked ones
+        whose rows fell due to the back; held providers whose buckets refilled are let go."""
+        waiting, until = self._waiting, self._wait_until
+        woken: list[Key] = []
+        while waiting and waiting[0][0] <= mono:
+            at, key = heapq.heappop(waiting)
+            if until.get(key) == at:
+                del until[key]
+                woken.append(key)
+        # To the front, soonest first: they waited out their turn for their own tokens, which
+        # go stale if they wait behind keys that no limit paces.
+        for key in reversed(woken):
+            self._line(key[1]).appendleft(key)
+        later = self._later
+        while later and later[0][0] <= wall:
+            at, key = heapq.heappop(later)
+            if self._later_at.get(key) == at:
+                seen = self._parked.get(key)
+                self._unpark(key)
+                self._ready(key, seen if seen else 1)
+                if not seen:
+                    self._capped.add(key)  # a guess: looked at alone once it runs out
+        if self._held:
+            for provider in [p for p, t in self._held.items() if t <= mono]:
+                del self._held[provider]
+
+    def lines(self) -> Iterator[tuple[int, collections.deque[Key]]]:
+        """Each provider's line of ready keys, for the providers with some."""
+        return ((p, line) for p, line in self._lines.items() if line)
+
+    def held_for_s(self, provider: int, mono: float) -> float:
+        """How long ``provider``'s bucket is held empty (0: not held)."""
+        until = self._held.get(provider)
+        return 0.0 if until is None or until <= mono else until - mono
+
+    def hold_provider(self, provider: int, until: float) -> None:
+        """``provider``'s bucket grants nothing before monotonic ``until``: its line waits."""
+        self._held[provider] = until
+
+    def served(self, key: Key, leased: int, *, drained: bool) -> None:
+        """``key`` (first in its line, as a rule) leased ``leased`` rows; ``drained``: the
+        claim found fewer than it asked for (then it is looked at alone: its rows may fall
+        due later). A count that ran out is looked at alone only if it was the cap; an
+        exact one leaves nothing known, so the key is forgotten until the next look, enqueue
+        or NOTIFY brings it back (at ten thousand keys of a row or two each, a probe per send
+        would cost more than the send). Otherwise it goes to the back of its line."""
+        line = self._lines[key[1]]
+        _take(line, key)
+        left = self.due.get(key, 0) - leased
+        if drained or left <= 0:
+            self.due.pop(key, None)
+            if drained or key in self._capped:
+                self.probes.add(key)
+            self._capped.discard(key)
+        else:
+            self.due[key] = left
+            line.append(key)
+
+    def wait(self, key: Key, until: float) -> None:
+        """``key`` (first in its line or last, just ``served``, as a rule) waits for its own
+        buckets until monotonic ``until``."""
+        _take(self._lines[key[1]], key)
+        if key in self.due:
+            self._wait_until[key] = until
+            heapq.heappush(self._waiting, (until, key))
+
+    def hold(self, key: Key, reservation: Reservation, mono: float, poll_s: float) -> bool:
+        """``key``'s buckets granted less than asked at monotonic ``mono``: a provider's
+        bucket holds the provider's whole line (at most ``poll_s``; the key keeps its place),
+        the tenant's or the pair's holds the key alone, until they grant again (at most
+        ``_LONGEST_WAIT_S``). Returns whether the provider's did."""
+        own_s = None
+        provider = False
+        for i, bucket in enumerate(reservation.held_by):
+            for_s = reservation.held_for_s[i] if i < len(reservation.held_for_s) else 0.0
+            if bucket.scope is BucketScope.PROVIDER:
+                self._held[key[1]] = mono + (for_s if for_s < poll_s else poll_s)
+                provider = True
+            elif own_s is None or for_s > own_s:
+                own_s = for_s
+        if own_s is None and not reservation.held_by:
+            own_s = reservation.wait_s  # the limiter did not say which: the key waits
+        if own_s is not None:  # else held by its provider alone: in place when it refills
+            self.wait(key, mono + (own_s if own_s < _LONGEST_WAIT_S else _LONGEST_WAIT_S))
+        return provider
+
+    def drop(self, key: Key) -> None:
+        """``key`` has no route (its tenant or provider went): forgotten until it comes again."""
+        line = self._lines.get(key[1])
+        if line and line[0] == key:
+            line.popleft()
+        self._drop(key)
+
+    def release_waits(self) -> None:
+        """Every waiting key and held provider goes back to its line (a limit changed: the
+        instants they wait for were worked out from the old one)."""
+        for _at, key in sorted(self._waiting):
+            if self._wait_until.get(key) == _at:
+                self._line(key[1]).append(key)
+        self._waiting, self._wait_until = [], {}
+        self._held.clear()
+
+    def has_ready(self, mono: float) -> bool:
+        """Whether some provider not held has a ready key."""
+        return any(line and self.held_for_s(p, mono) == 0 for p, line in self._lines.items())
+
+    def next_wait_s(self, mono: float, wall: float) -> float | None:
+        """Until the soonest waiting key, held provider with ready keys, or parked row, falls
+        due (None: nothing pending)."""
+        soonest: float | None = None
+        waiting, until, held = self._waiting, self._wait_until, self._held
+        while waiting:
+            at, key = waiting[0]
+            if until.get(key) != at:
+                heapq.heappop(waiting)  # stale: the key left the heap since
+                continue
+            provider_at = held.get(key[1])
+            if provider_at is None or provider_at <= at:
+                soonest = at - mono
+                break
+            # Its provider's bucket is held longer than its own: woken sooner, it would only
+            # find the provider empty. It waits for the later of the two.
+            heapq.heapreplace(waiting, (provider_at, key))
+            until[key] = provider_at
+        for provider, held_until in held.items():
+            if self._lines.get(provider) and (soonest is None or held_until - mono < soonest):
+                soonest = held_until - mono
+        if self._later and (soonest is None or self._later[0][0] - wall < soonest):
+            soonest = self._later[0][0] - wall
+        return soonest
+
+    # -- inside ------------------------------------------------------------------------------
+
+    def _line(self, provider: int) -> collections.deque[Key]:
+        line = self._lines.get(provider)
+        if line is None:
+            line = self._lines[provider] = collections.deque()
+        return line
+
+    def _ready(self, key: Key, n: int) -> None:
+        self._count(key, n)
+        self._line(key[1]).append(key)
+
+    def _count(self, key: Key, n: int) -> None:
+        """``key``'s due rows from a look or a probe: at most the cap (then maybe more)."""
+        if n < self._cap:
+            self.due[key] = n
+            self._capped.discard(key)
+        else:
+            self.due[key] = self._cap
+            self._capped.add(key)
+
+    def _drop(self, key: Key) -> None:
+        """Out of ready and waiting (a line keeps no stale entry: ``served``, ``wait`` and
+        ``drop`` take the key from the front; elsewhere it is removed by value)."""
+        self._capped.discard(key)
+        if self.due.pop(key, None) is None:
+            return
+        if self._wait_until.pop(key, None) is None:
+            line = self._lines.get(key[1])
+            if line is not None:
+                with contextlib.suppress(ValueError):
+                    line.remove(key)
+
+    def _unpark(self, key: Key) -> None:
+        if key in self._parked:
+            del self._parked[key]
+            self._later_at.pop(key, None)
+
+    def __repr__(self) -> str:
+        ready = sum(len(line) for line in self._lines.values())
+        return (
+            f"DueBook(ready={ready}, waiting={len(self._wait_until)}, parked={len(self._parked)},"
+            f" probes={len(self.probes)}, held={len(self._held)})"
+        )
+
+
+def _take(line: collections.deque[Key], key: Key) -> None:
+    """Take ``key`` out of ``line``: at once from either end, where a round finds it."""
+    if not line:
+        return
+    if line[0] == key:
+        line.popleft()
+    elif line[-1] == key:
+        line.pop()
+    else:
+        with contextlib.suppress(ValueError):
+            line.remove(key)

@@ -1,0 +1,110 @@
+"""The limiter seam: buckets per tenant, per provider and per (tenant, provider).
+
+A send of tenant T through provider P is governed by every configured bucket among
+``BucketKey.for_send(T, P)``; a key with no configured limit is unlimited.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from engine.core.clock import Clock
+from engine.core.domain import BucketKey, BucketLevel, Limit
+
+__all__ = ["Limiter", "Reservation", "take_waiting"]
+
+
+@dataclass(slots=True)  # a value, shared once made: never changed (not frozen: made per send)
+class Reservation:
+    """Tokens taken from every bucket of ``keys`` at once.
+
+    ``granted`` is between 0 and the number asked for. When it is below what was asked,
+    ``wait_s`` says how long until at least one more token is there in every bucket
+    (``math.inf`` when it never will be); otherwise it is 0.0. ``held_by`` names the buckets
+    that held it short (emptiest or blocked), when the limiter knows them, and ``held_for_s``
+    how long each of them takes to have a token again; the dispatcher then skips other keys
+    behind those buckets for the rest of its round, and looks again by then.
+    """
+
+    keys: tuple[BucketKey, ...]
+    granted: int
+    wait_s: float = 0.0
+    held_by: tuple[BucketKey, ...] = field(default=(), compare=False)
+    held_for_s: tuple[float, ...] = field(default=(), compare=False)
+
+
+class Limiter(Protocol):
+    """Implemented in process (``engine.limits.local_limiter.LocalLimiter``) and over Redis."""
+
+    async def configure(self, key: BucketKey, limit: Limit | None) -> None:
+        """Set, change (live: brought up to date at the old rate first) or remove a limit."""
+        ...
+
+    async def configure_many(self, limits: Sequence[tuple[BucketKey, Limit | None]]) -> None:
+        """``configure(key, limit)`` for each of ``limits`` in turn: a directory of ten
+        thousand tenants is configured at start-up in a few calls, not ten thousand (on Redis
+        a round trip for many at once)."""
+        ...
+
+    async def reserve(self, keys: Sequence[BucketKey], n: int) -> Reservation:
+        """Take up to ``n`` tokens from every configured bucket of ``keys``, all or nothing per
+        token: the same number from each, and none from any unless all allow it."""
+        ...
+
+    async def refund(self, reservation: Reservation, n: int) -> None:
+        """Give back ``n`` unused tokens of ``reservation`` to each of its buckets."""
+        ...
+
+    async def retake(self, reservation: Reservation, n: int) -> Reservation:
+        """Give back every token of ``reservation`` and take up to ``n`` from its buckets again,
+        in one step: as ``refund`` then ``reserve``, with nothing in between."""
+        ...
+
+    async def block(self, key: BucketKey, for_s: float) -> None:
+        """Drain ``key``'s bucket and hold it empty for ``for_s`` seconds (a provider's 429).
+        Works for unconfigured keys too: they are held closed for that time."""
+        ...
+
+    async def reserve_many(
+        self, asks: Sequence[tuple[Sequence[BucketKey], int]]
+    ) -> list[Reservation]:
+        """``reserve(keys, n)`` for each ``(keys, n)`` of ``asks``, one after another in order
+        with nothing of this caller's in between, and their answers in that order: each ask
+        sees what those before it took (asks sharing a bucket share its tokens), and each
+        ``Reservation`` has the fields its ``reserve`` would give. An empty batch returns
+        ``[]`` and does no I/O. Costs less than the calls one by one (over a network, one round
+        trip per batch rather than per ask); where a limiter is atomic per call, it is per
+        batch or per chunk of one, as its docstring says."""
+        ...
+
+    async def retake_many(self, asks: Sequence[tuple[Reservation, int]]) -> list[Reservation]:
+        """``retake(reservation, n)`` for each ``(reservation, n)`` of ``asks`` in turn, as
+        ``reserve_many`` does ``reserve``: the same answers, in order, ``[]`` for none."""
+        ...
+
+    async def refund_many(self, refunds: Sequence[tuple[Reservation, int]]) -> None:
+        """``refund(reservation, n)`` for each ``(reservation, n)`` of ``refunds`` in turn, as
+        ``reserve_many`` does ``reserve``; nothing (no I/O) for none."""
+        ...
+
+    async def levels(self, keys: Sequence[BucketKey] | None = None) -> list[BucketLevel]:
+        """Every configured bucket's level now, sorted by key; with ``keys``, only the
+        configured ones among them, each once, also sorted (``levels()`` with the others left
+        out), at a cost in proportion to ``len(keys)``, not to the buckets configured."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+async def take_waiting(
+    limiter: Limiter, keys: Sequence[BucketKey], n: int, clock: Clock, most_s: float
+) -> None:
+    """Take ``n`` tokens from every bucket of ``keys``, waiting as long as they take to fall
+    due (each wait at least 1 ms and at most ``most_s``, then asking again)."""
+    while n:
+        got = await limiter.reserve(keys, n)
+        n -= got.granted
+        if n:
+            await clock.sleep(min(max(got.wait_s, 0.001), most_s))
