@@ -221,6 +221,11 @@ _COMMANDS: dict[str, Command] = {
     "retention set": _retention_set,
     "prune": lambda a, ctx: commands.retention.prune(ctx, dry_run=a.dry_run, as_json=a.json),
     "keys rotate": lambda a, ctx: commands.keys.rotate(ctx, dry_run=a.dry_run, as_json=a.json),
+    "apikey create": lambda a, ctx: commands.apikeys.apikey_create(
+        ctx, a.tenant, name=a.name, scope=a.scope, as_json=a.json
+    ),
+    "apikey list": lambda a, ctx: commands.apikeys.apikey_list(ctx, a.tenant, as_json=a.json),
+    "apikey revoke": lambda a, ctx: commands.apikeys.apikey_revoke(ctx, a.id),
 }
 
 

@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 
 from app.metrics_address import DEFAULT_HOST, PORT_ENV, parse_port
 from app.output import RETENTION_WINDOWS
-from app.parser_tenants import limit_args, tenant_parsers
+from app.parser_tenants import apikey_parsers, limit_args, tenant_parsers
 from engine import ConfigError, Pattern, parse_age
 
 __all__ = ["EXIT_USAGE", "build_parser", "one_line"]
@@ -179,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("migrate", parents=[common], help="create or upgrade the store's schema")
 
     tenant_parsers(sub, common)
+    apikey_parsers(sub, common)
     _provider_parsers(sub, common)
 
     limit = sub.add_parser("limit", help="per (tenant, provider) limits").add_subparsers(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-__all__ = ["limit_args", "tenant_parsers"]
+__all__ = ["apikey_parsers", "limit_args", "tenant_parsers"]
 
 
 def limit_args(p: argparse.ArgumentParser) -> None:
@@ -62,3 +62,20 @@ one second's worth); enabled is true unless given; blank lines are skipped. Ever
 checked first, and the file is written in one transaction: a bad line, or a tenant that
 exists already (without --update), writes nothing. `omnipost tenant export` writes this form.
 """
+
+
+def apikey_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``omnipost apikey create|list|revoke``: a tenant's keys for the HTTP API."""
+    parent = sub.add_parser("apikey", help="tenants' API keys (shown once, kept as a hash)")
+    apikey = parent.add_subparsers(dest="action", metavar="ACTION", parser_class=type(parent))
+    apikey.required = True
+    p = apikey.add_parser("create", parents=[common], help="make a key for a tenant")
+    p.add_argument("tenant")
+    p.add_argument("--name", default="", help="what the key is for (shown in listings)")
+    p.add_argument("--scope", default="send,read", help="send, read or send,read (the default)")
+    p.add_argument("--json", action="store_true")
+    p = apikey.add_parser("list", parents=[common], help="list keys (never the keys themselves)")
+    p.add_argument("tenant", nargs="?")
+    p.add_argument("--json", action="store_true")
+    p = apikey.add_parser("revoke", parents=[common], help="revoke a key for good")
+    p.add_argument("id", type=int, metavar="ID")

@@ -1,6 +1,7 @@
 """Types of the ``engine`` façade (``engine/__init__.py`` loads each name lazily, from
 the module this stub names, on first use: see there)."""
 
+from .api.apikeys import API_KEY_SCOPES, parse_scope
 from .api.plan import MAX_PLANNED
 from .api.tenant_lines import (
     load_json,
@@ -104,6 +105,7 @@ from .providers import (
     ProviderKind,
 )
 from .store import (
+    ApiKeyRecord,
     AuditEntry,
     DeliveryEntry,
     NotificationView,
@@ -136,6 +138,7 @@ from .views.telemetry import (
 )
 
 __all__ = [
+    "API_KEY_SCOPES",
     "BRIEF_VIEW",
     "BUILTIN_KINDS",
     "COMMON_OPTIONS",
@@ -145,6 +148,7 @@ __all__ = [
     "MAX_PLANNED",
     "PROVIDER_KINDS",
     "UNSET",
+    "ApiKeyRecord",
     "AuditEntry",
     "BacklogTraffic",
     "BucketKey",
@@ -226,6 +230,7 @@ __all__ = [
     "masked_url",
     "parse_age",
     "parse_rate",
+    "parse_scope",
     "parse_tenant_lines",
     "predicted_drain_s",
     "rate_text",

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Self
 
+from engine.api.apikeys import ApiKeyApi
 from engine.api.config import ConfigApi
 from engine.api.glance import GlanceApi
 from engine.api.health import HealthApi
@@ -59,7 +60,9 @@ class EngineState(enum.StrEnum):
     FAILED = "failed"
 
 
-class Engine(ConfigApi, NotificationsApi, RetentionApi, KeysApi, HealthApi, PlanApi, GlanceApi):
+class Engine(
+    ConfigApi, NotificationsApi, RetentionApi, KeysApi, HealthApi, PlanApi, GlanceApi, ApiKeyApi
+):
     def __init__(
         self,
         store: Store,

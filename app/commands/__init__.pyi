@@ -1,6 +1,16 @@
 """The commands' modules, each imported on first use (see ``__init__.py``)."""
 
-from . import configure, keys, plan, queue, retention, run, stats
+from . import apikeys, configure, keys, plan, queue, retention, run, stats
 from .base import open_engine
 
-__all__ = ["configure", "keys", "open_engine", "plan", "queue", "retention", "run", "stats"]
+__all__ = [
+    "apikeys",
+    "configure",
+    "keys",
+    "open_engine",
+    "plan",
+    "queue",
+    "retention",
+    "run",
+    "stats",
+]

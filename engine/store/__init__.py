@@ -2,6 +2,7 @@
 
 from engine.store.database import masked_url, normalize_url
 from engine.store.records import (
+    ApiKeyRecord,
     AuditEntry,
     Completion,
     DeliveryEntry,
@@ -23,6 +24,7 @@ from engine.store.store import Store
 from engine.store.tenant_bulk import TenantImport, TenantSpec
 
 __all__ = [
+    "ApiKeyRecord",
     "AuditEntry",
     "Completion",
     "DeliveryEntry",

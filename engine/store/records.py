@@ -13,6 +13,7 @@ from typing import Any
 from engine.core.domain import Limit, Message, NotificationState, Outcome
 
 __all__ = [
+    "ApiKeyRecord",
     "AuditEntry",
     "Completion",
     "DeliveryEntry",
@@ -239,3 +240,19 @@ class Enqueue:
     tenant_id: int
     provider_id: int
     priority: int
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKeyRecord:
+    """A tenant's API key as listings show it: never the key, only its public ``prefix``.
+    ``scope``: what it may do (``send``, ``read``); times are unix seconds, ``last_used_at``
+    and ``revoked_at`` None until then."""
+
+    id: int
+    tenant: str
+    prefix: str
+    name: str
+    scope: tuple[str, ...]
+    created_at: float
+    last_used_at: float | None
+    revoked_at: float | None

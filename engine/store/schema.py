@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 __all__ = [
+    "api_keys",
     "audit_log",
     "chore_leases",
     "delivery_log",
@@ -258,4 +259,23 @@ provider_health = sa.Table(
     sa.Column("probe_owner", sa.String(100), nullable=True),
     sa.Column("probe_expires_at", sa.Double, nullable=True),
     sa.Column("updated_at", sa.Double, nullable=False),
+)
+
+# Tenant API keys (migration 0008): the public prefix and the SHA-256 of the key, never the
+# key; a revoked key keeps its row.
+api_keys = sa.Table(
+    "api_keys",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column(
+        "tenant_id", sa.Integer, sa.ForeignKey("tenants.id", ondelete="CASCADE"), nullable=False
+    ),
+    sa.Column("prefix", sa.String(32), nullable=False, unique=True),
+    sa.Column("digest", sa.String(64), nullable=False),
+    sa.Column("name", sa.String(100), nullable=False, server_default=""),
+    sa.Column("scope", sa.String(64), nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("last_used_at", sa.Double, nullable=True),
+    sa.Column("revoked_at", sa.Double, nullable=True),
+    sa.Index("ix_api_keys_tenant_id", "tenant_id"),
 )

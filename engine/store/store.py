@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.core.crypto import SecretBox
 from engine.core.errors import StoreError
+from engine.store.apikeys import ApiKeyRepo
 from engine.store.config import ConfigRepo
 from engine.store.database import Database, masked_url, normalize_url
 from engine.store.glance import GlanceReads
@@ -33,7 +34,7 @@ _MIGRATIONS = Path(__file__).with_name("migrations")
 # The newest migration's revision (tests/test_migrations.py checks it against the scripts):
 # known here, so that a command checks the store's revision without importing Alembic, which
 # only ``migrate`` needs.
-HEAD = "0007"
+HEAD = "0008"
 
 
 def _alembic_config() -> Config:
@@ -55,7 +56,8 @@ class Store:
         self.health = HealthRepo(self._db)
         self.maintenance = MaintenanceRepo(self._db)
         self.rotation = RotationRepo(self._db, box)
-        self.glance = GlanceReads(self._db, box)  # a console's reads over many tenants
+        self.glance = GlanceReads(self._db, box)
+        self.apikeys = ApiKeyRepo(self._db)  # a console's reads over many tenants
 
     @property
     def dialect(self) -> str:

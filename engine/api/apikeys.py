@@ -1,0 +1,96 @@
+"""Tenant API keys: made, listed, revoked, and checked when a caller presents one.
+
+A key is ``op_`` and 12 hex digits (its public prefix, unique, what listings and the audit log
+name) then ``_`` and 43 characters of base64url: 256 random bits. It is returned once, by
+``create_api_key``; the store keeps the prefix and the SHA-256 of the whole key, and
+``check_api_key`` compares digests in constant time. A key never reaches a log, an audit entry
+or a listing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from collections.abc import Iterable
+
+from engine.api.parts import EngineParts
+from engine.core.errors import ConfigError
+from engine.store import ApiKeyRecord
+
+__all__ = ["API_KEY_SCOPES", "ApiKeyApi", "parse_scope"]
+
+API_KEY_SCOPES = ("send", "read")  # send: enqueue and cancel; read: look at notifications, limits
+_PREFIX = "op_"
+_SHAPE = re.compile(r"(op_[0-9a-f]{12})_[A-Za-z0-9_-]{43}")
+_NAME_MAX = 100
+
+
+def parse_scope(text: str | Iterable[str]) -> tuple[str, ...]:
+    """``send,read`` (or the names) as a tuple in ``API_KEY_SCOPES``'s order; ConfigError for an
+    unknown or empty scope."""
+    names = [n.strip() for n in (text.split(",") if isinstance(text, str) else text)]
+    unknown = sorted({n for n in names if n not in API_KEY_SCOPES})
+    if unknown:
+        raise ConfigError(
+            f"unknown scope {unknown[0]!r}: give {' or '.join(API_KEY_SCOPES)}, comma separated."
+        )
+    if not names:
+        raise ConfigError(f"give a scope: {' or '.join(API_KEY_SCOPES)}, comma separated.")
+    return tuple(s for s in API_KEY_SCOPES if s in names)
+
+
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+class ApiKeyApi(EngineParts):
+    async def create_api_key(
+        self, tenant: str, *, name: str = "", scope: Iterable[str] = API_KEY_SCOPES
+    ) -> tuple[ApiKeyRecord, str]:
+        """A new key for ``tenant`` and the key itself, which nothing can show again; audited
+        (by its id and prefix). NotFound for an unknown tenant, ConfigError for a bad name or
+        scope."""
+        scopes = parse_scope(list(scope))
+        name = name.strip()
+        if len(name) > _NAME_MAX or not name.isprintable():
+            raise ConfigError(
+                f"an api key's name is printable text of at most {_NAME_MAX} characters."
+            )
+        prefix = _PREFIX + secrets.token_hex(6)
+        key = f"{prefix}_{secrets.token_urlsafe(32)}"
+        record = await self.store.apikeys.add(
+            tenant,
+            prefix=prefix,
+            digest=_digest(key),
+            name=name,
+            scope=scopes,
+            now=self.clock.wall(),
+            actor=self.actor,
+        )
+        return record, key
+
+    async def api_keys(self, tenant: str | None = None) -> list[ApiKeyRecord]:
+        """Every key, or ``tenant``'s (NotFound when there is no such tenant): never the keys."""
+        return await self.store.apikeys.listing(tenant)
+
+    async def revoke_api_key(self, key_id: int) -> ApiKeyRecord:
+        """Revoke key ``key_id`` for good (audited): NotFound for no such key, Conflict when it
+        already is."""
+        return await self.store.apikeys.revoke(key_id, now=self.clock.wall(), actor=self.actor)
+
+    async def check_api_key(self, key: str) -> ApiKeyRecord | None:
+        """The live key ``key`` is (its last use recorded), or None when it is malformed,
+        unknown or revoked: the caller cannot tell which."""
+        shape = _SHAPE.fullmatch(key)
+        if shape is None:
+            return None
+        found = await self.store.apikeys.find(shape.group(1))
+        if found is None:
+            return None
+        record, digest = found
+        if not hmac.compare_digest(digest, _digest(key)) or record.revoked_at is not None:
+            return None
+        await self.store.apikeys.used(record.id, self.clock.wall())
+        return record
