@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
-from typing import Any, Concatenate, ParamSpec, cast
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import ParamSpec
 
-import qasync
 from PySide6.QtCore import QObject, Signal
 
 from engine import (
@@ -34,7 +32,8 @@ from engine import (
     mask,
     read_tenant_file,
 )
-from ui.sampler import Sampler
+from ui.command import command
+from ui.keys_bridge import KeyCommands
 
 __all__ = ["Bridge"]
 
@@ -44,27 +43,7 @@ P = ParamSpec("P")
 DemoSeeder = Callable[[Engine], Awaitable[object]]
 
 
-def command(
-    fn: Callable[Concatenate[Bridge, P], Coroutine[Any, Any, None]],
-) -> Callable[Concatenate[Bridge, P], asyncio.Task[None]]:
-    """Make ``fn`` an ``asyncSlot`` whose errors become one sentence on ``Bridge.error``."""
-
-    @functools.wraps(fn)
-    async def guarded(self: Bridge, *args: P.args, **kwargs: P.kwargs) -> None:
-        try:
-            await fn(self, *args, **kwargs)
-        except OmniPostError as exc:
-            self.report_error(exc.message)
-        except Exception as exc:  # one sentence for people; the log has the traceback
-            log.exception("console command %s failed", fn.__name__)
-            action = fn.__name__.strip("_").replace("_", " ")
-            self.report_error(f"{action} failed unexpectedly ({type(exc).__name__}); see the log.")
-
-    slot = qasync.asyncSlot()(guarded)
-    return cast("Callable[Concatenate[Bridge, P], asyncio.Task[None]]", slot)
-
-
-class Bridge(Sampler):
+class Bridge(KeyCommands):
     pruned = Signal(object)  # PruneReport of this console's "prune now"
     test_sent = Signal(str)
     notice = Signal(str)

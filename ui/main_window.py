@@ -23,6 +23,7 @@ from ui.fmt import fmt_count
 from ui.settings import ConsoleSettings, save_settings, window_state
 from ui.state import Status
 from ui.theme import Theme, app_icon, apply_theme
+from ui.views.apikeys import ApiKeysView
 from ui.views.dashboard import Dashboard
 from ui.views.health import CircuitBanner
 from ui.views.log import LogPanel
@@ -75,6 +76,7 @@ class MainWindow(QMainWindow):
         self.queue_view = QueueView(bridge)
         self.workers_view = WorkersView(bridge)
         self.store_view = StoreView(bridge)
+        self.apikeys_view = ApiKeysView(bridge)
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
         for view, title in self.views():
@@ -108,6 +110,7 @@ class MainWindow(QMainWindow):
             (self.queue_view, "Queue && dead letters"),
             (self.workers_view, "Workers"),
             (self.store_view, "Store && retention"),
+            (self.apikeys_view, "API keys"),
         ]
 
     # -- actions and shortcuts -------------------------------------------------------------
