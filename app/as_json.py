@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.output import RETENTION_WINDOWS
 from engine import (
+    ApiKeyRecord,
     BucketLevel,
     Limit,
     NotificationView,
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 __all__ = [
+    "apikey_json",
     "bucket_json",
     "dead_json",
     "depth_json",
@@ -51,6 +53,11 @@ JsonObject = dict[str, Any]
 
 def _fields(record: DataclassInstance, *, drop: Collection[str] = ()) -> JsonObject:
     return {k: v for k, v in dataclasses.asdict(record).items() if k not in drop}
+
+
+def apikey_json(record: ApiKeyRecord) -> JsonObject:
+    """A key as listings show it: its prefix, never the key (the record has no field for it)."""
+    return _fields(record)
 
 
 def limit_json(limit: Limit | None) -> JsonObject | None:

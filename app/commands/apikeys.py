@@ -4,26 +4,13 @@ from __future__ import annotations
 
 import time
 
+from app.as_json import apikey_json
 from app.commands.base import open_engine
 from app.output import print_json, print_table
 from app.session import Context
-from engine import ApiKeyRecord, parse_scope
+from engine import parse_scope
 
 __all__ = ["apikey_create", "apikey_json", "apikey_list", "apikey_revoke"]
-
-
-def apikey_json(record: ApiKeyRecord) -> dict[str, object]:
-    """A key as listings show it: never the key."""
-    return {
-        "id": record.id,
-        "prefix": record.prefix,
-        "tenant": record.tenant,
-        "name": record.name,
-        "scope": list(record.scope),
-        "created_at": record.created_at,
-        "last_used_at": record.last_used_at,
-        "revoked_at": record.revoked_at,
-    }
 
 
 def _when(ts: float | None) -> str:
