@@ -4,15 +4,25 @@ read. A usage error is one sentence on stderr and exit 2 (``app.cli`` runs the c
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from app.metrics_address import DEFAULT_HOST, PORT_ENV, parse_port
 from app.output import RETENTION_WINDOWS
 from app.parser_tenants import apikey_parsers, limit_args, tenant_parsers
-from engine import ConfigError, Pattern, parse_age
+from app.parser_values import (
+    age,
+    key_value,
+    metrics_args,
+    non_negative_int,
+    number,
+    positive_int,
+    redis_arg,
+    seconds,
+    seconds_or_zero,
+    whole_number,
+)
+from engine import Pattern
 
 __all__ = ["EXIT_USAGE", "build_parser", "one_line"]
 
@@ -62,99 +72,6 @@ class _Parser(argparse.ArgumentParser):
         if arg_strings == ["--"] and action.option_strings and action.nargs is None:
             self.error(f"argument {'/'.join(action.option_strings)}: expected one argument")
         return super()._get_values(action, arg_strings)
-
-
-def _key_value(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text[:40]!r}")
-    return key, value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text[:40]!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = _int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text[:40]!r}") from None
-
-
-def _number(text: str) -> float:
-    """Any number; what it may be is checked where it is used."""
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text[:40]!r}") from None
-
-
-def _seconds(text: str, *, zero_ok: bool = False) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text[:40]!r}") from None
-    if not (0 <= value < 1e7 if zero_ok else 0 < value < 1e7):
-        least = "0 or more" if zero_ok else "above 0"
-        raise argparse.ArgumentTypeError(f"must be a number of seconds {least}, got {text[:40]!r}")
-    return value
-
-
-def _seconds_or_zero(text: str) -> float:
-    return _seconds(text, zero_ok=True)
-
-
-def _age(text: str) -> float | None:
-    """An AGE such as ``12h`` or ``7d`` in seconds; ``0`` keeps forever (None)."""
-    try:
-        return parse_age(text)
-    except ConfigError as exc:  # the parser adds "(see --help)." after the sentence
-        raise argparse.ArgumentTypeError(exc.message.rstrip(".")) from None
-
-
-def _redis_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--redis",
-        metavar="URL",
-        default=os.environ.get("OMNIPOST_REDIS") or None,
-        help="redis://... to share rate limits with other workers (default: $OMNIPOST_REDIS,"
-        " else limits are kept in this process)",
-    )
-
-
-def _port(text: str) -> int:
-    try:
-        return parse_port(text)
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(exc.message) from None
-
-
-def _metrics_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--metrics-port",
-        type=_port,
-        metavar="PORT",
-        help=f"serve Prometheus metrics on this port (default: ${PORT_ENV}, else none)",
-    )
-    p.add_argument(
-        "--metrics-host",
-        metavar="HOST",
-        help=f"the address to serve them on (default: {DEFAULT_HOST}, this host only)",
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -267,8 +184,8 @@ def _console_parsers(sub: Any, common: _Parser) -> None:
         action="store_true",
         help="only watch: this console's own engine dispatches nothing until you press Start",
     )
-    _redis_arg(p)
-    _metrics_args(p)
+    redis_arg(p)
+    metrics_args(p)
     p.set_defaults(gui="console")
     p = sub.add_parser(
         "self-test", parents=[common], help="run a short burst through the console, offscreen"
@@ -284,41 +201,41 @@ def _run_parsers(sub: Any, common: _Parser) -> None:
     p.add_argument("recipient", nargs="?")
     p.add_argument("--payload", default="{}", help="a JSON object")
     p.add_argument("--key", help="idempotency key (unique per tenant)")
-    p.add_argument("--priority", type=_int, default=0)
+    p.add_argument("--priority", type=whole_number, default=0)
     p.add_argument(
         "--file", help="JSON lines of tenant, provider, recipient, payload, key; - is stdin"
     )
 
     p = sub.add_parser("worker", parents=[common], help="dispatch queued notifications")
-    p.add_argument("--concurrency", type=_positive_int, default=16)
+    p.add_argument("--concurrency", type=positive_int, default=16)
     p.add_argument("--until-empty", action="store_true", help="exit when nothing is left to do")
-    p.add_argument("--duration", type=_seconds, help="exit after this many seconds")
-    p.add_argument("--lease-s", type=_seconds, default=30.0, help="lease length in seconds")
+    p.add_argument("--duration", type=seconds, help="exit after this many seconds")
+    p.add_argument("--lease-s", type=seconds, default=30.0, help="lease length in seconds")
     p.add_argument(
         "--prefetch",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=None,
         help="leases taken ahead of the free senders for keys no limit paces"
         " (default: one batch, 32; 0: none)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
-    _redis_arg(p)
-    _metrics_args(p)
+    redis_arg(p)
+    metrics_args(p)
 
     p = sub.add_parser("simulate", parents=[common], help="enqueue a burst and dispatch it live")
     p.add_argument("tenant", help="a tenant, or several separated by commas")
     p.add_argument("provider")
-    p.add_argument("--count", type=_positive_int, required=True, help="notifications per tenant")
+    p.add_argument("--count", type=positive_int, required=True, help="notifications per tenant")
     p.add_argument("--pattern", choices=[x.value for x in Pattern], default="spike")
     p.add_argument(
-        "--duration", type=_seconds_or_zero, default=0.0, help="seconds over which to enqueue"
+        "--duration", type=seconds_or_zero, default=0.0, help="seconds over which to enqueue"
     )
-    p.add_argument("--concurrency", type=_positive_int, default=16)
+    p.add_argument("--concurrency", type=positive_int, default=16)
     p.add_argument("--no-dispatch", action="store_true", help="only enqueue")
-    _redis_arg(p)
+    redis_arg(p)
 
     p = sub.add_parser("demo", parents=[common], help="set up demo tenants and run a live burst")
-    p.add_argument("--count", type=_positive_int, default=300)
+    p.add_argument("--count", type=positive_int, default=300)
 
     p = sub.add_parser("stats", parents=[common], help="queue depth, throughput, workers, limits")
     p.add_argument(
@@ -331,7 +248,7 @@ def _run_parsers(sub: Any, common: _Parser) -> None:
         "--tenant", action="append", default=[], metavar="NAME", help="only this tenant (repeat)"
     )
     p.add_argument("--json", action="store_true")
-    _redis_arg(p)
+    redis_arg(p)
 
 
 _PLAN_HELP = """\
@@ -354,12 +271,12 @@ def _plan_parser(sub: Any, common: _Parser) -> None:
     )
     p.add_argument("tenant", nargs="?", help="a tenant, or several separated by commas")
     p.add_argument("provider", nargs="?")
-    p.add_argument("--count", type=_positive_int, help="notifications per tenant in a burst")
+    p.add_argument("--count", type=positive_int, help="notifications per tenant in a burst")
     p.add_argument("--pattern", choices=[x.value for x in Pattern], help="default: spike")
-    p.add_argument("--duration", type=_seconds_or_zero, help="seconds a burst arrives over")
+    p.add_argument("--duration", type=seconds_or_zero, help="seconds a burst arrives over")
     p.add_argument("--backlog", action="store_true", help="plan what is queued now")
-    p.add_argument("--replay", type=_number, metavar="HOURS", help="the last HOURS' enqueues")
-    p.add_argument("--speed", type=_number, metavar="K", help="replay K times faster")
+    p.add_argument("--replay", type=number, metavar="HOURS", help="the last HOURS' enqueues")
+    p.add_argument("--speed", type=number, metavar="K", help="replay K times faster")
     p.add_argument(
         "--set",
         action="append",
@@ -368,7 +285,7 @@ def _plan_parser(sub: Any, common: _Parser) -> None:
         help="a proposed limit: tenant:NAME=RATE[:BURST], provider:NAME=..., "
         "pair:TENANT/PROVIDER=...; RATE none removes it",
     )
-    p.add_argument("--concurrency", type=_positive_int, help="a proposed total concurrency")
+    p.add_argument("--concurrency", type=positive_int, help="a proposed total concurrency")
     p.add_argument("--json", action="store_true")
 
 
@@ -387,12 +304,8 @@ def _provider_parsers(sub: Any, common: _Parser) -> None:
             " them with their options",
         )
         limit_args(p)
-        p.add_argument(
-            "--option", type=_key_value, action="append", default=[], metavar="KEY=VALUE"
-        )
-        p.add_argument(
-            "--secret", type=_key_value, action="append", default=[], metavar="KEY=VALUE"
-        )
+        p.add_argument("--option", type=key_value, action="append", default=[], metavar="KEY=VALUE")
+        p.add_argument("--secret", type=key_value, action="append", default=[], metavar="KEY=VALUE")
     p = provider.add_parser("list", parents=[common], help="list providers (secrets masked)")
     p.add_argument("--json", action="store_true")
     p = provider.add_parser("kinds", parents=[common], help="the kinds and the options each takes")
@@ -418,7 +331,7 @@ def _dead_parsers(sub: Any, common: _Parser) -> None:
     p.add_argument("--json", action="store_true")
     for action in ("retry", "discard"):
         p = dead.add_parser(action, parents=[common], help=f"{action} dead notifications")
-        p.add_argument("ids", nargs="*", type=_positive_int, metavar="ID")
+        p.add_argument("ids", nargs="*", type=positive_int, metavar="ID")
         p.add_argument("--tenant")
         p.add_argument("--all", action="store_true", help="every dead one (of --tenant)")
 
@@ -439,7 +352,7 @@ def _retention_parsers(sub: Any, common: _Parser) -> None:
         p.add_argument(
             f"--{name}",
             dest=field,
-            type=_age,
+            type=age,
             default=argparse.SUPPRESS,  # absent: unchanged (None means forever)
             metavar="AGE",
             help=f"how long to keep {keeps} (12h, 7d, 2w; 0 keeps forever)",
