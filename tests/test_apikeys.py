@@ -56,6 +56,9 @@ async def test_checking_a_key(make_engine: EngineFactory) -> None:
     assert found is not None and found.id == record.id and found.scope == ("send", "read")
     [listed] = await engine.api_keys()
     assert listed.last_used_at is not None  # its use is recorded
+    assert await engine.check_api_key(key) is not None  # again at once: not written again
+    [again] = await engine.api_keys()
+    assert again.last_used_at == listed.last_used_at
     wrong_secret = key[:-1] + ("A" if key[-1] != "A" else "B")
     other_prefix = "op_000000000000" + key[15:]
     for bad in (wrong_secret, other_prefix, key + "x", "", "Bearer " + key, key.upper()):
@@ -82,8 +85,9 @@ async def test_bad_input_changes_nothing(make_engine: EngineFactory) -> None:
         await engine.create_api_key("nobody")
     with pytest.raises(ConfigError, match="unknown scope 'write'"):
         await engine.create_api_key("acme", scope=["write"])
-    with pytest.raises(ConfigError, match="give a scope"):
-        await engine.create_api_key("acme", scope=[])
+    for nothing in ([], [""], [" ", ""]):
+        with pytest.raises(ConfigError, match="give a scope"):
+            await engine.create_api_key("acme", scope=nothing)
     with pytest.raises(ConfigError, match="at most 100"):
         await engine.create_api_key("acme", name="x" * 101)
     with pytest.raises(NotFound, match="no tenant named 'nobody'"):
@@ -120,6 +124,7 @@ def test_the_cli_makes_lists_and_revokes(cli: Cli) -> None:
     assert first["revoked_at"] is not None
     for args, says in (
         (["apikey", "create", "acme", "--scope", "write"], "unknown scope 'write'"),
+        (["apikey", "create", "acme", "--scope", ""], "give a scope"),
         (["apikey", "create", "nobody"], "no tenant named 'nobody'"),
         (["apikey", "revoke", "99"], "no api key 99"),
         (["apikey", "revoke", str(made["id"])], "already revoked"),

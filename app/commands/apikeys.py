@@ -10,7 +10,7 @@ from app.output import print_json, print_table
 from app.session import Context
 from engine import parse_scope
 
-__all__ = ["apikey_create", "apikey_json", "apikey_list", "apikey_revoke"]
+__all__ = ["apikey_create", "apikey_list", "apikey_revoke"]
 
 
 def _when(ts: float | None) -> str:

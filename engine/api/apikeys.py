@@ -25,12 +25,16 @@ API_KEY_SCOPES = ("send", "read")  # send: enqueue and cancel; read: look at not
 _PREFIX = "op_"
 _SHAPE = re.compile(r"(op_[0-9a-f]{12})_[A-Za-z0-9_-]{43}")
 _NAME_MAX = 100
+# A key's last use is written at most this often: a caller presenting it on every request
+# would otherwise make every request a write.
+_USED_EVERY_S = 60.0
 
 
 def parse_scope(text: str | Iterable[str]) -> tuple[str, ...]:
     """``send,read`` (or the names) as a tuple in ``API_KEY_SCOPES``'s order; ConfigError for an
     unknown or empty scope."""
-    names = [n.strip() for n in (text.split(",") if isinstance(text, str) else text)]
+    parts = text.split(",") if isinstance(text, str) else text
+    names = [n.strip() for n in parts if n.strip()]  # "send,", " " and "" name nothing
     unknown = sorted({n for n in names if n not in API_KEY_SCOPES})
     if unknown:
         raise ConfigError(
@@ -81,8 +85,8 @@ class ApiKeyApi(EngineParts):
         return await self.store.apikeys.revoke(key_id, now=self.clock.wall(), actor=self.actor)
 
     async def check_api_key(self, key: str) -> ApiKeyRecord | None:
-        """The live key ``key`` is (its last use recorded), or None when it is malformed,
-        unknown or revoked: the caller cannot tell which."""
+        """The live key ``key`` is (its last use recorded, to the minute), or None when it is
+        malformed, unknown or revoked: the caller cannot tell which."""
         shape = _SHAPE.fullmatch(key)
         if shape is None:
             return None
@@ -92,5 +96,7 @@ class ApiKeyApi(EngineParts):
         record, digest = found
         if not hmac.compare_digest(digest, _digest(key)) or record.revoked_at is not None:
             return None
-        await self.store.apikeys.used(record.id, self.clock.wall())
+        now = self.clock.wall()
+        if record.last_used_at is None or now - record.last_used_at >= _USED_EVERY_S:
+            await self.store.apikeys.used(record.id, now)
         return record
