@@ -63,11 +63,59 @@ def _new_limit(a: argparse.Namespace) -> Limit | None:
 
 def _tenant_set(a: argparse.Namespace, ctx: Context) -> Coroutine[Any, Any, int]:
     limit = _limit_change(a)
-    if isinstance(limit, Keep) and a.enabled is None:
+    api = _api_changes(a)
+    if isinstance(limit, Keep) and a.enabled is None and not api:
         raise ConfigError(
-            "nothing to change; give --rate/--burst, --unlimited, --enable or --disable."
+            "nothing to change; give --rate/--burst, --unlimited, --enable, --disable, "
+            "--api-rate or --max-queued."
         )
-    return commands.configure.tenant_set(ctx, a.name, limit=limit, enabled=a.enabled)
+    return commands.configure.tenant_set(ctx, a.name, limit=limit, enabled=a.enabled, **api)
+
+
+def _api_changes(a: argparse.Namespace) -> dict[str, Any]:
+    """``tenant set``'s HTTP API flags as ``Engine.update_tenant`` takes them ('default':
+    None, back to the server's)."""
+    changes: dict[str, Any] = {}
+    if a.api_rate is not None:
+        if a.api_rate == "default":
+            if a.api_burst is not None:
+                raise ConfigError("give either --api-rate default or --api-burst, not both.")
+            changes["api_limit"] = None
+        else:
+            rate = limit_of(a.api_rate).rate_per_s
+            burst = a.api_burst if a.api_burst is not None else max(1.0, 2 * rate)
+            changes["api_limit"] = limit_of(a.api_rate, burst)
+    elif a.api_burst is not None:
+        raise ConfigError("--api-burst needs --api-rate as well.")
+    if a.max_queued is not None:
+        if a.max_queued == "default":
+            changes["max_queued"] = None
+        elif a.max_queued.isdigit() and int(a.max_queued) > 0:
+            changes["max_queued"] = int(a.max_queued)
+        else:
+            raise ConfigError(
+                f"--max-queued must be a whole number of at least 1 or 'default', "
+                f"not {a.max_queued!r}."
+            )
+    return changes
+
+
+def _serve(a: argparse.Namespace, ctx: Context) -> int:
+    from app import serve  # uvicorn and the API: only for this command
+
+    rate = limit_of(a.api_rate).rate_per_s if a.api_rate is not None else None
+    run = serve.Serve(
+        host=a.host,
+        port=a.port,
+        workers=a.workers,
+        tls_cert=a.tls_cert,
+        tls_key=a.tls_key,
+        redis_url=a.redis,
+        access_log=a.access_log,
+        api_rate=rate,
+        max_queued=a.max_queued,
+    )
+    return serve.serve(ctx, run)
 
 
 def _provider_add(a: argparse.Namespace, ctx: Context) -> Coroutine[Any, Any, int]:
@@ -125,6 +173,7 @@ def _worker(a: argparse.Namespace, ctx: Context) -> Coroutine[Any, Any, int]:
             quiet=a.quiet,
             redis_url=a.redis,
             metrics=metrics_address(a.metrics_port, a.metrics_host),
+            serve_port=a.serve,
         ),
     )
 
@@ -207,6 +256,7 @@ _COMMANDS: dict[str, Command] = {
     "limit set": _limit_set,
     "limit list": lambda a, ctx: commands.configure.limit_list(ctx, as_json=a.json),
     "enqueue": _enqueue,
+    "cancel": lambda a, ctx: commands.queue.cancel(ctx, a.tenant, a.ids, as_json=a.json),
     "worker": _worker,
     "simulate": _simulate,
     "demo": lambda a, ctx: commands.run.demo(ctx, a.count),
@@ -264,5 +314,7 @@ def run_command(args: argparse.Namespace) -> int:
     ctx = Context(paths, store_url(args.db or args.db_top, paths), load_box(paths))
     if args.command is None or args.command in ("console", "self-test"):
         return _run_gui(args.gui, args, ctx)
+    if args.command == "serve":  # uvicorn runs its own loop (or processes)
+        return _serve(args, ctx)
     words = " ".join(w for w in (args.command, getattr(args, "action", None)) if w)
     return asyncio.run(_COMMANDS[words](args, ctx))

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import logging
 import sys
 from collections.abc import Coroutine, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from PySide6.QtCore import QSettings
@@ -24,7 +26,7 @@ from app.demo import DEMO_TENANTS, seed_demo
 from app.metrics import METRICS_VIEW, MetricsAddress, MetricsExporter, metrics_address
 from app.session import Context, actor, on_signals, store_url
 from app.wiring import build_engine, build_store
-from engine import Pattern
+from engine import Engine, Pattern
 from ui import Bridge, ConsoleSettings, MainWindow, load_settings, new_event_loop
 
 __all__ = ["application", "main", "run_console", "run_on_qt_loop"]
@@ -72,13 +74,18 @@ async def run_console(
     redis_url: str | None = None,
     dispatch: bool | None = None,
     metrics: MetricsAddress | None = None,
+    serve: int | None = None,
 ) -> int:
     """Open the store and the engine (its limiter in Redis at ``redis_url`` when given), show
     the window, and run until it is closed, serving Prometheus metrics at ``metrics`` if given
     (bound first: a taken port fails before anything opens). Returns 0, or 1 when the engine
-    failed."""
+    failed. With ``serve``, the HTTP API answers on 127.0.0.1 at that port meanwhile."""
     who = actor("console")
-    async with MetricsExporter(metrics) as exporter, build_store(ctx.db_url, ctx.box) as store:
+    api_metrics = _api_metrics() if serve is not None else None
+    async with (
+        MetricsExporter(metrics, extra=api_metrics) as exporter,
+        build_store(ctx.db_url, ctx.box) as store,
+    ):
         await store.migrate()
 
         engine = build_engine(store, actor=who, redis_url=redis_url)
@@ -95,7 +102,10 @@ async def run_console(
         closed = asyncio.Event()
         window.closing.connect(closed.set)
         app.aboutToQuit.connect(closed.set)
-        async with exporter.following(functools.partial(engine.snapshot, view=METRICS_VIEW)):
+        async with (
+            exporter.following(functools.partial(engine.snapshot, view=METRICS_VIEW)),
+            _api(engine, serve, api_metrics),
+        ):
             with on_signals(closed.set):  # Ctrl+C in the terminal closes cleanly too
                 window.show()
                 bridge.start_sampling()
@@ -111,6 +121,20 @@ async def run_console(
     if failure:
         print(f"omnipost: the engine stopped: {failure}", file=sys.stderr)
     return 1 if failure else 0
+
+
+def _api_metrics() -> Any:
+    from api import ApiMetrics  # the API and uvicorn: only with --serve
+
+    return ApiMetrics()
+
+
+def _api(engine: Engine, port: int | None, metrics: Any) -> AbstractAsyncContextManager[Any]:
+    if port is None:
+        return contextlib.nullcontext()
+    from app.serve import embedded
+
+    return embedded(engine, port, metrics=metrics)
 
 
 def main(args: argparse.Namespace, ctx: Context) -> int:
@@ -133,5 +157,6 @@ def main(args: argparse.Namespace, ctx: Context) -> int:
         redis_url=getattr(args, "redis", None) or settings.redis_url or None,
         dispatch=False if getattr(args, "no_dispatch", False) else None,
         metrics=metrics,
+        serve=getattr(args, "serve", None),
     )
     return run_on_qt_loop(app, coro)

@@ -35,6 +35,7 @@ from prometheus_client.metrics_core import (
     InfoMetricFamily,
     Metric,
 )
+from prometheus_client.registry import Collector
 
 from app.metrics_address import DEFAULT_HOST, PORT_ENV, MetricsAddress, metrics_address, parse_port
 from engine import CircuitState, EngineState, OmniPostError, Snapshot, SnapshotView
@@ -74,7 +75,7 @@ _OUTCOME_HELP = {
     "dead": "Notifications given up on (a permanent failure, or out of attempts)",
     "held": "Sends the provider could not take (unavailable), queued again unspent by its circuit",
 }
-_DEPTH_STATES = ("queued", "leased", "delivered", "dead")
+_DEPTH_STATES = ("queued", "leased", "delivered", "dead", "cancelled")
 # Pairs with series of their own: the first to send since the worker started (a fixed set once
 # full, so no series comes and goes); every later pair is summed per provider under OTHERS, a
 # name no tenant can have. A scrape stays a few thousand series at any number of tenants.
@@ -284,10 +285,17 @@ class MetricsExporter:
     all when it is None); ``async with metrics.following(engine.snapshot):`` keeps the figures
     fresh meanwhile. Raises OmniPostError, one sentence, when the address cannot be bound."""
 
-    def __init__(self, address: MetricsAddress | None, *, refresh_s: float = _REFRESH_S) -> None:
+    def __init__(
+        self,
+        address: MetricsAddress | None,
+        *,
+        refresh_s: float = _REFRESH_S,
+        extra: Collector | None = None,
+    ) -> None:
         self.address = address
         self._refresh_s = refresh_s
         self._collector = SnapshotCollector()
+        self._extra = extra  # another collector on the same endpoint (the HTTP API's)
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
         self._failing = False  # said once per outage, not once a second
@@ -296,6 +304,8 @@ class MetricsExporter:
         if self.address is not None:
             registry = CollectorRegistry(auto_describe=False)
             registry.register(self._collector)
+            if self._extra is not None:
+                registry.register(self._extra)
             host, port = self.address.host, self.address.port
             try:
                 self._server, self._thread = start_http_server(port, addr=host, registry=registry)

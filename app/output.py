@@ -25,7 +25,7 @@ __all__ = [
 # Each retention window: its name on the command line, its field in Retention, what it keeps.
 RETENTION_WINDOWS = (
     ("delivered", "delivered_s", "delivered notifications, counted from delivery"),
-    ("dead", "dead_s", "dead letters, counted from when they died"),
+    ("dead", "dead_s", "dead letters and cancelled notifications, counted from when they ended"),
     ("log", "log_s", "delivery-log rows"),
     ("audit", "audit_s", "audit-log rows"),
 )

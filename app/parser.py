@@ -16,6 +16,7 @@ from app.parser_values import (
     metrics_args,
     non_negative_int,
     number,
+    port,
     positive_int,
     redis_arg,
     seconds,
@@ -115,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
 
     _run_parsers(sub, common)
+    _cancel_parser(sub, common)
     _plan_parser(sub, common)
     _dead_parsers(sub, common)
     _retention_parsers(sub, common)
@@ -186,6 +188,9 @@ def _console_parsers(sub: Any, common: _Parser) -> None:
     )
     redis_arg(p)
     metrics_args(p)
+    p.add_argument(
+        "--serve", metavar="PORT", type=port, help="also serve the HTTP API on 127.0.0.1:PORT"
+    )
     p.set_defaults(gui="console")
     p = sub.add_parser(
         "self-test", parents=[common], help="run a short burst through the console, offscreen"
@@ -221,6 +226,10 @@ def _run_parsers(sub: Any, common: _Parser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     redis_arg(p)
     metrics_args(p)
+    p.add_argument(
+        "--serve", metavar="PORT", type=port, help="also serve the HTTP API on 127.0.0.1:PORT"
+    )
+    _serve_parser(sub, common)
 
     p = sub.add_parser("simulate", parents=[common], help="enqueue a burst and dispatch it live")
     p.add_argument("tenant", help="a tenant, or several separated by commas")
@@ -321,6 +330,20 @@ def _provider_parsers(sub: Any, common: _Parser) -> None:
     p.add_argument("name")
 
 
+def _cancel_parser(sub: Any, common: _Parser) -> None:
+    p = sub.add_parser(
+        "cancel",
+        parents=[common],
+        help="cancel queued notifications of a tenant",
+        description="Cancel queued notifications of TENANT: they are never sent. Exit 1 when "
+        "some ID was not found for TENANT or was not queued (leased, delivered, dead or "
+        "cancelled already); the others are cancelled still.",
+    )
+    p.add_argument("tenant", metavar="TENANT")
+    p.add_argument("ids", nargs="+", type=positive_int, metavar="ID")
+    p.add_argument("--json", action="store_true", help="an object per ID")
+
+
 def _dead_parsers(sub: Any, common: _Parser) -> None:
     dead = sub.add_parser("dead", help="dead notifications").add_subparsers(
         dest="action", metavar="ACTION", parser_class=_Parser
@@ -360,3 +383,26 @@ def _retention_parsers(sub: Any, common: _Parser) -> None:
     p = sub.add_parser("prune", parents=[common], help="delete what retention keeps no longer")
     p.add_argument("--dry-run", action="store_true", help="count what would go; delete nothing")
     p.add_argument("--json", action="store_true")
+
+
+def _serve_parser(sub: Any, common: _Parser) -> None:
+    p = sub.add_parser(
+        "serve", parents=[common], help="serve the HTTP API (tenants call it with their API keys)"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=port, default=8080, help="port to listen on (default 8080)")
+    p.add_argument("--workers", type=positive_int, default=1, help="server processes (default 1)")
+    p.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this PEM certificate")
+    p.add_argument("--tls-key", metavar="FILE", help="... and this PEM private key")
+    p.add_argument(
+        "--api-rate",
+        metavar="RATE",
+        help="requests per key where the tenant sets none (default 100/s, burst 2 s worth)",
+    )
+    p.add_argument(
+        "--max-queued",
+        type=positive_int,
+        help="the queue cap where the tenant sets none (default 1,000,000)",
+    )
+    p.add_argument("--access-log", action="store_true", help="log every request (not the keys)")
+    redis_arg(p)

@@ -30,6 +30,19 @@ def tenant_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         group = p.add_mutually_exclusive_group()
         group.add_argument("--disable", dest="enabled", action="store_false", default=None)
         group.add_argument("--enable", dest="enabled", action="store_true")
+    p.add_argument(
+        "--api-rate",
+        metavar="RATE",
+        help="HTTP API requests each of its keys may make (N/s, N/min); 'default': the server's",
+    )
+    p.add_argument(
+        "--api-burst", type=float, help="requests a key may save up (default: 2 s worth)"
+    )
+    p.add_argument(
+        "--max-queued",
+        metavar="N",
+        help="the most it may hold queued through the HTTP API; 'default': the server's",
+    )
     p = tenant.add_parser("list", parents=[common], help="list tenants")
     p.add_argument("--json", action="store_true")
     p = tenant.add_parser(

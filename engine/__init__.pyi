@@ -2,6 +2,7 @@
 the module this stub names, on first use: see there)."""
 
 from .api.apikeys import API_KEY_SCOPES, parse_scope
+from .api.front import TenantLimits
 from .api.plan import MAX_PLANNED
 from .api.tenant_lines import (
     load_json,
@@ -38,6 +39,7 @@ from .core.domain import (
 from .core.errors import (
     ConfigError,
     Conflict,
+    NotCancellable,
     NotFound,
     OmniPostError,
     StoreError,
@@ -107,10 +109,13 @@ from .providers import (
 from .store import (
     ApiKeyRecord,
     AuditEntry,
+    ClaimKind,
     DeliveryEntry,
+    EnqueueResult,
     NotificationView,
     PairLimit,
     ProviderRecord,
+    RequestClaim,
     Store,
     StoreSize,
     TenantImport,
@@ -157,6 +162,7 @@ __all__ = [
     "BucketPicks",
     "BurstTraffic",
     "CircuitState",
+    "ClaimKind",
     "Clock",
     "ConfigError",
     "Conflict",
@@ -166,12 +172,14 @@ __all__ = [
     "Engine",
     "EngineSettings",
     "EngineState",
+    "EnqueueResult",
     "FakeClock",
     "Limit",
     "LimitChange",
     "Limiter",
     "LocalLimiter",
     "Message",
+    "NotCancellable",
     "NotFound",
     "NotificationState",
     "NotificationView",
@@ -194,6 +202,7 @@ __all__ = [
     "QueueTotals",
     "RedisLimiter",
     "ReplayTraffic",
+    "RequestClaim",
     "Reservation",
     "Retention",
     "RetryPolicy",
@@ -212,6 +221,7 @@ __all__ = [
     "TableRotation",
     "TenantDepth",
     "TenantImport",
+    "TenantLimits",
     "TenantPlan",
     "TenantRecord",
     "TenantSpec",

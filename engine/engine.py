@@ -24,6 +24,7 @@ from typing import Self
 
 from engine.api.apikeys import ApiKeyApi
 from engine.api.config import ConfigApi
+from engine.api.front import FrontDoorApi
 from engine.api.glance import GlanceApi
 from engine.api.health import HealthApi
 from engine.api.keys import KeysApi
@@ -61,7 +62,15 @@ class EngineState(enum.StrEnum):
 
 
 class Engine(
-    ConfigApi, NotificationsApi, RetentionApi, KeysApi, HealthApi, PlanApi, GlanceApi, ApiKeyApi
+    ConfigApi,
+    NotificationsApi,
+    RetentionApi,
+    KeysApi,
+    HealthApi,
+    PlanApi,
+    GlanceApi,
+    ApiKeyApi,
+    FrontDoorApi,
 ):
     def __init__(
         self,
@@ -136,6 +145,11 @@ class Engine(
         self._spawn("loop-lag", self._measure_lag())
         self._spawn("listen", self.store.listen(self.dispatcher.wake))
         self._spawn("prune", self._prune_loop())
+
+    async def follow_config(self) -> None:
+        """Load configuration changes as a dispatching engine does, without dispatching (an
+        HTTP API server's engine); runs until cancelled."""
+        await self._every(self.settings.config_refresh_s, self._refresh)
 
     async def restart(self) -> None:
         """Stop if running, then start again as a new worker: a new worker id and a fresh

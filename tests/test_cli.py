@@ -63,11 +63,30 @@ def test_tenant_add_set_list(cli: Cli) -> None:
     cli.ok("tenant", "set", "globex", "--rate", "7", "--burst", "14", "--enable")
     cli.ok("tenant", "set", "initech", "--rate", "1", "--disable")
     cli.ok("tenant", "set", "initech", "--unlimited", "--disable")
+    assert cli.ok("tenant", "set", "globex", "--api-rate", "5/s", "--max-queued", "1000") == (
+        "tenant globex: 7/s burst 14, enabled; API requests per key 5/s burst 10, queue cap 1,000\n"
+    )
+    api = {"api_limit": None, "max_queued": None}
     assert cli.json("tenant", "list") == [
-        {"name": "acme", "limit": {"rate_per_s": 1.0, "burst": 1.0}, "enabled": True},
-        {"name": "globex", "limit": {"rate_per_s": 7.0, "burst": 14.0}, "enabled": True},
-        {"name": "initech", "limit": None, "enabled": False},
+        {"name": "acme", "limit": {"rate_per_s": 1.0, "burst": 1.0}, "enabled": True, **api},
+        {
+            "name": "globex",
+            "limit": {"rate_per_s": 7.0, "burst": 14.0},
+            "enabled": True,
+            "api_limit": {"rate_per_s": 5.0, "burst": 10.0},
+            "max_queued": 1000,
+        },
+        {"name": "initech", "limit": None, "enabled": False, **api},
     ]
+    cli.ok("tenant", "set", "globex", "--api-rate", "default", "--max-queued", "default")
+    assert cli.json("tenant", "list")[1] == {
+        "name": "globex",
+        "limit": {"rate_per_s": 7.0, "burst": 14.0},
+        "enabled": True,
+        **api,
+    }
+    for bad in (["--api-burst", "3"], ["--max-queued", "0"], ["--max-queued", "lots"]):
+        assert cli("tenant", "set", "globex", *bad).code == 2
     table = cli.ok("tenant", "list").splitlines()
     assert table[0].split() == ["TENANT", "LIMIT", "ENABLED"]
     assert [row.split()[0] for row in table[1:]] == ["acme", "globex", "initech"]
@@ -273,6 +292,7 @@ def test_stats_text_and_json(cli: Cli) -> None:
             "leased": 0,
             "delivered": 0,
             "dead": 0,
+            "cancelled": 0,
             "oldest_queued_age_s": stats["depth"][0]["oldest_queued_age_s"],
         }
     ]
@@ -292,7 +312,7 @@ def test_stats_text_and_json(cli: Cli) -> None:
     assert stats["workers"] == []
     text = cli.ok("stats")
     assert re.search(r"^sim +closed +0 +-$", text, re.MULTILINE), text
-    assert "TENANT  QUEUED  IN FLIGHT  DELIVERED  DEAD  OLDEST QUEUED" in text
+    assert "TENANT  QUEUED  IN FLIGHT  DELIVERED  DEAD  CANCELLED  OLDEST QUEUED" in text
     assert "live workers: 0" in text
     assert "+15551234567" not in text
 
@@ -382,6 +402,7 @@ def test_stats_at_many_tenants_lists_the_deepest_and_the_totals(cli: Cli, tmp_pa
         "leased": 0,
         "delivered": 0,
         "dead": 0,
+        "cancelled": 0,
         "tenants_queued": 24,
     }
     assert stats["tenants"] == {"total": 25, "all_read": False}
@@ -390,7 +411,8 @@ def test_stats_at_many_tenants_lists_the_deepest_and_the_totals(cli: Cli, tmp_pa
     }
     text = cli.ok("stats")
     assert (
-        "all 25 tenants: queued 300, in flight 0, delivered 0, dead 0; 24 with queued work" in text
+        "all 25 tenants: queued 300, in flight 0, delivered 0, dead 0, cancelled 0;"
+        " 24 with queued work" in text
     )
     assert "listed: the 20 with the most queued (--all lists every tenant" in text
     assert re.search(r"^t05 +5 ", text, re.MULTILINE) and not re.search(r"^t04 ", text, re.M)

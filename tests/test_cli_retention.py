@@ -214,7 +214,14 @@ def test_prune_dry_run_then_for_real(cli: Cli) -> None:
     assert old_log >= 4  # d1, d2, x1, x2: one attempt each at least
     tables = ("notifications", "delivery_log", "audit_log")
     before = {t: count(url, t) for t in tables}
-    expected = {"delivered": 2, "dead": 1, "delivery_log": old_log, "audit_log": 2}
+    expected = {
+        "delivered": 2,
+        "dead": 1,
+        "cancelled": 0,
+        "delivery_log": old_log,
+        "audit_log": 2,
+        "api_requests": 0,
+    }
 
     assert cli.json("prune", "--dry-run") == {**expected, "freed_bytes": 0, "dry_run": True}
     assert {t: count(url, t) for t in tables} == before
@@ -241,7 +248,8 @@ def test_prune_dry_run_then_for_real(cli: Cli) -> None:
 
     again = cli.json("prune")
     assert again == {
-        "delivered": 0, "dead": 0, "delivery_log": 0, "audit_log": 0,
+        "delivered": 0, "dead": 0, "cancelled": 0, "delivery_log": 0, "audit_log": 0,
+        "api_requests": 0,
         "freed_bytes": 0, "dry_run": False,
     }  # fmt: skip
     text = cli.ok("prune").splitlines()
@@ -255,7 +263,8 @@ def test_forever_keeps_everything(cli: Cli) -> None:
     age(url, ["d1", "x1"], days=400)
     cli.ok("retention", "set", "--delivered", "0", "--dead", "0", "--log", "0", "--audit", "0")
     assert cli.json("prune") == {
-        "delivered": 0, "dead": 0, "delivery_log": 0, "audit_log": 0,
+        "delivered": 0, "dead": 0, "cancelled": 0, "delivery_log": 0, "audit_log": 0,
+        "api_requests": 0,
         "freed_bytes": 0, "dry_run": False,
     }  # fmt: skip
     cli.ok("retention", "set", "--dead", "1w")  # now only the old dead letter goes

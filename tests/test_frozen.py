@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 BUNDLE = REPO / "dist" / "omnipost"
 FROZEN = BUNDLE / "omnipost"
 REQUIRED = bool(os.environ.get("OMNIPOST_REQUIRE_FROZEN"))
-SOURCES = ("app", "engine", "ui")
+SOURCES = ("api", "app", "engine", "ui")
 BUILT_FROM = {".py", ".lua", ".mako"}  # and omnipost.spec
 TIMEOUT_S = 120.0
 SECRET = "frozen-signing-key"
@@ -222,3 +222,54 @@ def test_the_console_passes_its_self_test_offscreen(env: dict[str, str], tmp_pat
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("omnipost self-test passed"), done.stdout
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_the_api_serves_and_stops_cleanly(
+    sqlite_url: str, env: dict[str, str], tmp_path: Path, workers: str
+) -> None:
+    """``omnipost serve`` in the bundle: uvicorn's modules and the app factory its worker
+    processes load by name are there, and a SIGTERM stops them all with exit 0."""
+    import signal
+    import time
+
+    import httpx
+
+    from tests.redis_server import free_port
+
+    frozen = Frozen(env, sqlite_url)
+    frozen.ok("migrate")
+    frozen.ok("tenant", "add", "acme")
+    frozen.ok("provider", "add", "sim", "--kind", "simulated")
+    key = json.loads(frozen.ok("apikey", "create", "acme", "--json"))["key"]
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        server = subprocess.Popen(
+            frozen.argv(("serve", "--port", str(port), "--workers", workers)),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.poll() is None, log.read_text()
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        sent = httpx.post(
+            f"http://127.0.0.1:{port}/v1/notifications",
+            json={"provider": "sim", "recipient": "ada@example.com"},
+            headers={"Authorization": f"Bearer {key}"},
+        )
+        assert sent.status_code == 202, sent.text
+    finally:
+        server.send_signal(signal.SIGTERM)
+        code = server.wait(timeout=60)
+    assert code == 0, log.read_text()
+    assert "Traceback" not in log.read_text()

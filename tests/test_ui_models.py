@@ -126,10 +126,14 @@ def test_workers_model_marks_its_own(qtmodeltester: ModelTester) -> None:
 
 def test_depth_model(qtmodeltester: ModelTester) -> None:
     model = DepthModel()
-    model.set_rows([TenantDepth("acme", 5, 1, 10, 0, None), TenantDepth("b", 0, 0, 0, 2, 61.0)])
+    model.set_rows(
+        [TenantDepth("acme", 5, 1, 10, 0, None), TenantDepth("b", 0, 0, 0, 2, 61.0, cancelled=3)]
+    )
     check_model(qtmodeltester, model)
-    assert model.data(model.index(0, 5)) == "—"
-    assert model.data(model.index(1, 5)) == "1 min 1 s"
+    assert model.headerData(5, Qt.Orientation.Horizontal) == "Cancelled"
+    assert [model.data(model.index(r, 5)) for r in (0, 1)] == ["0", "3"]
+    assert model.data(model.index(0, 6)) == "—"
+    assert model.data(model.index(1, 6)) == "1 min 1 s"
 
 
 def _view(nid: int, state: NotificationState, error: str | None = None) -> NotificationView:

@@ -55,17 +55,21 @@ def test_fmt_bytes(n: int, text: str) -> None:
         (PruneReport(), "Nothing was old enough to delete."),
         (
             PruneReport(3, 0, 1200, 1, freed_bytes=8192),
-            "Deleted 3 delivered, 0 dead, 1,200 delivery-log and 1 audit rows; "
+            "Deleted 3 delivered, 0 dead, 0 cancelled, 1,200 delivery-log and 1 audit rows; "
             "8.0 KiB given back to the disk.",
         ),
         (
             PruneReport(0, 2, dry_run=True),
-            "Would delete 0 delivered, 2 dead, 0 delivery-log and 0 audit rows.",
+            "Would delete 0 delivered, 2 dead, 0 cancelled, 0 delivery-log and 0 audit rows.",
         ),
         (
             PruneReport(1000, complete=False),
-            "Deleted 1,000 delivered, 0 dead, 0 delivery-log and 0 audit rows; 0 B given back "
-            "to the disk (stopped at its time budget: the next pass goes on).",
+            "Deleted 1,000 delivered, 0 dead, 0 cancelled, 0 delivery-log and 0 audit rows; "
+            "0 B given back to the disk (stopped at its time budget: the next pass goes on).",
+        ),
+        (
+            PruneReport(cancelled=4, dry_run=True),
+            "Would delete 0 delivered, 0 dead, 4 cancelled, 0 delivery-log and 0 audit rows.",
         ),
     ],
 )
@@ -261,7 +265,7 @@ def test_prune_now_deletes_old_finished_rows_and_shows_the_counts(
     c.wait(lambda: view.prune_result.isVisible() and view.prune_button.isEnabled())
     text = view.prune_result.text()
     assert text.startswith(
-        f"Deleted 6 delivered, 2 dead, {aged['delivery_log']:,} delivery-log and "
+        f"Deleted 6 delivered, 2 dead, 0 cancelled, {aged['delivery_log']:,} delivery-log and "
         f"{aged['audit_log']:,} audit rows; "
     )
     assert re.search(r"\d+(\.\d)? (B|KiB|MiB) given back to the disk\.$", text)

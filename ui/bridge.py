@@ -22,6 +22,8 @@ from engine import (
     EngineState,
     Limit,
     LimitChange,
+    NotCancellable,
+    NotFound,
     NotificationState,
     OmniPostError,
     Outcome,
@@ -232,6 +234,23 @@ class Bridge(KeyCommands):
     async def discard_dead(self, ids: Sequence[int] | None, tenant: str | None = None) -> None:
         count = await self._engine.discard_dead(ids, tenant=tenant)
         self.notice.emit(f"{count} dead notification{'s' if count != 1 else ''} discarded")
+        await self._requery()
+
+    @command
+    async def cancel_notifications(self, targets: Sequence[tuple[str, int]]) -> None:
+        """Cancel each queued notification of ``targets`` (tenant, id); one that cannot be
+        (gone, or no longer queued) is said in ``error``, the others are cancelled still."""
+        refused: list[str] = []
+        for tenant, notification_id in targets:
+            try:
+                await self._engine.cancel(tenant, notification_id)
+            except (NotFound, NotCancellable) as exc:
+                refused.append(exc.message)
+        done = len(targets) - len(refused)
+        self.notice.emit(f"{done} notification{'s' if done != 1 else ''} cancelled")
+        if refused:
+            more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
+            self.report_error(refused[0].rstrip(".") + more + ".")
         await self._requery()
 
     # -- store and retention ---------------------------------------------------------------

@@ -382,6 +382,9 @@ class DepthModel(RecordModel[TenantDepth]):
         ),
         Column[TenantDepth]("Dead", lambda d: fmt_count(d.dead), lambda d: d.dead, True),
         Column[TenantDepth](
+            "Cancelled", lambda d: fmt_count(d.cancelled), lambda d: d.cancelled, True
+        ),
+        Column[TenantDepth](
             "Oldest queued",
             lambda d: fmt_duration(d.oldest_queued_age_s),
             lambda d: d.oldest_queued_age_s or 0.0,

@@ -6,6 +6,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from app.as_json import health_json, import_json, pair_json, provider_json, tenant_json
 from app.commands.base import open_engine, reading_engine
@@ -16,6 +17,7 @@ from app.session import Context, actor
 from app.wiring import build_store
 from engine import (
     MASKED_VALUE,
+    UNSET,
     CircuitState,
     ConfigError,
     Limit,
@@ -70,12 +72,29 @@ async def tenant_add(ctx: Context, name: str, limit: Limit | None, *, enabled: b
 
 
 async def tenant_set(
-    ctx: Context, name: str, *, limit: LimitChange = KEEP, enabled: bool | None = None
+    ctx: Context,
+    name: str,
+    *,
+    limit: LimitChange = KEEP,
+    enabled: bool | None = None,
+    **api: Any,
 ) -> int:
+    """Change a tenant; ``api`` holds ``api_limit`` and ``max_queued`` when they change."""
     async with open_engine(ctx) as engine:
-        record = await engine.update_tenant(name, enabled=enabled, **_changes(limit))
+        record = await engine.update_tenant(
+            name,
+            enabled=enabled,
+            **_changes(limit),
+            api_limit=api.get("api_limit", UNSET),
+            max_queued=api.get("max_queued", UNSET),
+        )
     state = "enabled" if record.enabled else "disabled"
-    print(f"tenant {record.name}: {fmt_limit(record.limit)}, {state}")
+    line = f"tenant {record.name}: {fmt_limit(record.limit)}, {state}"
+    if api:
+        requests = fmt_limit(record.api_limit) if record.api_limit else "the server's default"
+        cap = f"{record.max_queued:,}" if record.max_queued else "the server's default"
+        line += f"; API requests per key {requests}, queue cap {cap}"
+    print(line)
     return 0
 
 

@@ -1,18 +1,22 @@
-"""Queue commands: enqueue one notification or a file of them; list, retry or discard dead
-ones."""
+"""Queue commands: enqueue one notification or a file of them; cancel queued ones; list, retry
+or discard dead ones."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from app.as_json import dead_json
 from app.commands.base import open_engine
 from app.commands.jsonlines import check_priority, parse_payload, read_batch
 from app.output import print_json, print_table
 from app.session import Context
+from engine import Engine, NotCancellable, NotFound
 
-__all__ = ["dead_list", "dead_repair", "enqueue", "enqueue_file"]
+__all__ = ["cancel", "dead_list", "dead_repair", "enqueue", "enqueue_file"]
+
+EXIT_NOT_ALL = 1  # some of the IDs were not cancelled
 
 
 async def enqueue(
@@ -50,6 +54,41 @@ async def enqueue_file(ctx: Context, path: str) -> int:
             fresh += sum(not r.duplicate for r in results)
     print(f"queued {fresh}, already queued {duplicates}")
     return 0
+
+
+async def cancel(ctx: Context, tenant: str, ids: Sequence[int], *, as_json: bool = False) -> int:
+    """Cancel the tenant's queued notifications ``ids``, each on its own: a line per ID
+    (``--json``: an object per ID), and exit 1 when some were not found or not queued. An
+    unknown tenant is a usage error (NotFound) before anything is cancelled."""
+    async with open_engine(ctx) as engine:
+        await engine.check_names(tenants=[tenant])
+        # Each ID once, in the order given.
+        results = [await _cancel_one(engine, tenant, i) for i in dict.fromkeys(ids)]
+    if as_json:
+        print_json(results)
+    else:
+        for result in results:
+            if result["cancelled"]:
+                print(f"cancelled {result['id']}")
+            else:
+                print(f"omnipost: {result['error']}", file=sys.stderr)
+    return 0 if all(r["cancelled"] for r in results) else EXIT_NOT_ALL
+
+
+async def _cancel_one(engine: Engine, tenant: str, notification_id: int) -> dict[str, Any]:
+    """``{"id", "state", "cancelled"}``, and ``"error"`` (one sentence) when not cancelled."""
+    try:
+        view = await engine.cancel(tenant, notification_id)
+    except NotCancellable as exc:
+        return {
+            "id": notification_id,
+            "state": exc.state.value,
+            "cancelled": False,
+            "error": exc.message,
+        }
+    except NotFound as exc:
+        return {"id": notification_id, "state": None, "cancelled": False, "error": exc.message}
+    return {"id": notification_id, "state": view.state.value, "cancelled": True}
 
 
 async def dead_list(ctx: Context, tenant: str | None = None, *, as_json: bool = False) -> int:

@@ -4,6 +4,7 @@ its work is done, its time is up, or SIGINT/SIGTERM, then stops the engine clean
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import sys
 import time
@@ -34,6 +35,7 @@ class WorkerRun:
     quiet: bool = False
     redis_url: str | None = None
     metrics: MetricsAddress | None = None  # where to serve Prometheus metrics, if anywhere
+    serve_port: int | None = None  # where to serve the HTTP API too, if anywhere
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +56,9 @@ async def worker(ctx: Context, run: WorkerRun) -> int:
     """Dispatch until done; exit 1 when the engine stopped on a failure. The metrics address
     is bound first, so that a taken port fails before anything is leased."""
     start = time.monotonic()
+    serving = _serving(run.serve_port)
     async with (
-        MetricsExporter(run.metrics) as metrics,
+        MetricsExporter(run.metrics, extra=serving.metrics) as metrics,
         open_engine(
             ctx,
             concurrency=run.concurrency,
@@ -64,12 +67,14 @@ async def worker(ctx: Context, run: WorkerRun) -> int:
             redis_url=run.redis_url,
         ) as engine,
         metrics.following(functools.partial(engine.snapshot, view=METRICS_VIEW)),
+        serving.on(engine) as api_url,
     ):
         await engine.start()
         if not run.quiet:
+            api = f", the API on {api_url}" if api_url else ""
             print(
                 f"worker {engine.worker_id} on {masked_url(ctx.db_url)}, "
-                f"concurrency {run.concurrency}{metrics.says()}",
+                f"concurrency {run.concurrency}{metrics.says()}{api}",
                 file=sys.stderr,
             )
         waits: list[asyncio.Future[Any]] = []
@@ -90,6 +95,29 @@ async def worker(ctx: Context, run: WorkerRun) -> int:
         print(f"omnipost: {held_sentence(held.result())}", file=sys.stderr)
         return 1
     return 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Serving:
+    """The HTTP API beside a worker (``--serve PORT``), or nothing when ``port`` is None."""
+
+    port: int | None
+    metrics: Any = None  # the API's collector for the metrics endpoint
+
+    def on(self, engine: Engine) -> contextlib.AbstractAsyncContextManager[str | None]:
+        if self.port is None:
+            return contextlib.nullcontext(None)
+        from app.serve import embedded  # uvicorn and the API: only when asked for
+
+        return embedded(engine, self.port, metrics=self.metrics)
+
+
+def _serving(port: int | None) -> _Serving:
+    if port is None:
+        return _Serving(None)
+    from api import ApiMetrics
+
+    return _Serving(port, ApiMetrics())
 
 
 async def _held_by_circuits(engine: Engine, poll_s: float = 1.0) -> tuple[ProviderHealth, ...]:

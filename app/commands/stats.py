@@ -75,6 +75,7 @@ class _Stats:
                 "leased": q.leased,
                 "delivered": q.delivered,
                 "dead": q.dead,
+                "cancelled": q.cancelled,
                 "tenants_queued": q.tenants_queued,
             }
         depth = self.snap.depth
@@ -83,6 +84,7 @@ class _Stats:
             "leased": sum(d.leased for d in depth),
             "delivered": sum(d.delivered for d in depth),
             "dead": sum(d.dead for d in depth),
+            "cancelled": sum(d.cancelled for d in depth),
             "tenants_queued": sum(1 for d in depth if d.queued),
         }
 
@@ -164,7 +166,7 @@ def _print_json(found: _Stats, store: str) -> None:
 def _print_text(found: _Stats, store: str) -> None:
     print(f"store {store}")
     print_table(
-        ["TENANT", "QUEUED", "IN FLIGHT", "DELIVERED", "DEAD", "OLDEST QUEUED"],
+        ["TENANT", "QUEUED", "IN FLIGHT", "DELIVERED", "DEAD", "CANCELLED", "OLDEST QUEUED"],
         [
             (
                 d.tenant,
@@ -172,6 +174,7 @@ def _print_text(found: _Stats, store: str) -> None:
                 d.leased,
                 d.delivered,
                 d.dead,
+                d.cancelled,
                 "-" if d.oldest_queued_age_s is None else f"{d.oldest_queued_age_s:.1f}s",
             )
             for d in found.snap.depth
@@ -180,7 +183,7 @@ def _print_text(found: _Stats, store: str) -> None:
     q = found.queue()
     print(
         f"all {found.tenant_count} tenants: queued {q['queued']}, in flight {q['leased']},"
-        f" delivered {q['delivered']}, dead {q['dead']};"
+        f" delivered {q['delivered']}, dead {q['dead']}, cancelled {q['cancelled']};"
         f" {q['tenants_queued']} with queued work"
     )
     if not (found.every or found.named):

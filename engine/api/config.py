@@ -36,11 +36,28 @@ class ConfigApi(EngineParts):
         return record
 
     async def update_tenant(
-        self, name: str, *, limit: Limit | Unset | None = UNSET, enabled: bool | None = None
+        self,
+        name: str,
+        *,
+        limit: Limit | Unset | None = UNSET,
+        enabled: bool | None = None,
+        api_limit: Limit | Unset | None = UNSET,
+        max_queued: int | Unset | None = UNSET,
     ) -> TenantRecord:
-        """Change a tenant's limit (``None`` removes it) or enabled flag; applied live."""
+        """Change a tenant's limit (``None`` removes it) or enabled flag, applied live; or its
+        HTTP API request limit per key or queue cap (``None``: back to the server's default)."""
+        if max_queued is not UNSET and max_queued is not None and max_queued < 1:
+            raise ConfigError(
+                f"the queue cap must be a whole number of at least 1, not {max_queued}."
+            )
         record = await self.store.config.update_tenant(
-            name, limit=limit, enabled=enabled, now=self.clock.wall(), actor=self.actor
+            name,
+            limit=limit,
+            enabled=enabled,
+            api_limit=api_limit,
+            max_queued=max_queued,
+            now=self.clock.wall(),
+            actor=self.actor,
         )
         await self._applied()
         return record

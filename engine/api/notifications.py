@@ -89,6 +89,21 @@ class NotificationsApi(EngineParts):
     async def discard_dead(self, ids: Sequence[int] | None, *, tenant: str | None = None) -> int:
         return await self._repair("dead.discard", ids, tenant)
 
+    async def cancel(self, tenant: str, notification_id: int) -> NotificationView:
+        """Cancel the tenant's queued notification ``notification_id``: it is finished now,
+        never to be sent; audited. Returns it as it is now. Raises ``NotFound`` when the
+        tenant has no such notification (or no such tenant), ``NotCancellable`` (a
+        ``Conflict``, with its ``state``) when it is not queued."""
+        tenant_id, _ = await self._ids(tenant)
+        now = self.clock.wall()
+        view = await self.store.queue.cancel(tenant_id, notification_id, now=now)
+        detail = {"id": notification_id}
+        await self.store.config.audit(self.actor, "notification.cancel", tenant_id, detail, now=now)
+        # The dispatcher's book may count the row as due: the look this asks for corrects it
+        # (until then, a claim for it leases nothing and the key is looked at alone).
+        self.dispatcher.wake()
+        return view
+
     async def _repair(self, action: str, ids: Sequence[int] | None, tenant: str | None) -> int:
         total = 0
         for name in await self._tenant_names(tenant):

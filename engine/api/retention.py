@@ -89,9 +89,10 @@ class RetentionApi(EngineParts):
         await maintenance.chore_done(_PRUNE, now=self.clock.wall())
         if report.total:
             log.info(
-                "pruned %d delivered, %d dead, %d delivery-log and %d audit rows%s",
+                "pruned %d delivered, %d dead, %d cancelled, %d delivery-log and %d audit rows%s",
                 report.delivered,
                 report.dead,
+                report.cancelled,
                 report.delivery_log,
                 report.audit_log,
                 "" if report.complete else " (more next time)",

@@ -50,6 +50,7 @@ class NotificationState(enum.StrEnum):
     LEASED = "leased"
     DELIVERED = "delivered"
     DEAD = "dead"
+    CANCELLED = "cancelled"  # taken out of the queue by request: finished, never sent
 
 
 class Outcome(enum.StrEnum):

@@ -6,9 +6,15 @@ a person can read. Every message is a single sentence that is safe to show: no s
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # domain.py imports this module
+    from engine.core.domain import NotificationState
+
 __all__ = [
     "ConfigError",
     "Conflict",
+    "NotCancellable",
     "NotFound",
     "OmniPostError",
     "SecretUnreadable",
@@ -38,6 +44,21 @@ class NotFound(OmniPostError, LookupError):
 
 class Conflict(OmniPostError):
     """That item already exists."""
+
+
+class NotCancellable(Conflict):
+    """Only a queued notification can be cancelled."""
+
+    def __init__(self, notification_id: int, state: NotificationState) -> None:
+        super().__init__(
+            f"notification {notification_id} is {state}; only a queued notification can be "
+            "cancelled."
+        )
+        self.notification_id = notification_id
+        self.state = state  # the state it is in: leased, delivered, dead or cancelled
+
+    def __reduce__(self) -> tuple[type[NotCancellable], tuple[int, NotificationState]]:
+        return type(self), (self.notification_id, self.state)  # pickled by its arguments
 
 
 class SecretUnreadable(OmniPostError):

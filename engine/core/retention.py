@@ -26,10 +26,10 @@ class Retention:
     """Ages after which finished rows are deleted, in seconds; ``None`` keeps them forever.
 
     ``delivered_s``: delivered notifications, by when they were delivered. ``dead_s``: dead
-    letters, by when they died (so an operator has this long to retry them). ``log_s``: the
-    delivery log. ``audit_s``: the audit log. Queued and leased notifications are never
-    deleted, whatever their age. An idempotency key is remembered as long as its notification
-    is kept."""
+    letters, by when they died (so an operator has this long to retry them), and cancelled
+    notifications, by when they were cancelled. ``log_s``: the delivery log. ``audit_s``: the
+    audit log. Queued and leased notifications are never deleted, whatever their age. An
+    idempotency key is remembered as long as its notification is kept."""
 
     delivered_s: float | None = 7 * _DAY_S
     dead_s: float | None = 30 * _DAY_S
@@ -125,10 +125,19 @@ class PruneReport:
     dead: int = 0
     delivery_log: int = 0
     audit_log: int = 0
+    cancelled: int = 0  # by the dead letters' window; last, so that positions keep their meaning
+    api_requests: int = 0  # HTTP idempotency keys whose notification is gone
     dry_run: bool = False
     complete: bool = True  # False when a background pass stopped at its time budget
     freed_bytes: int = 0  # SQLite pages given back to the file system
 
     @property
     def total(self) -> int:
-        return self.delivered + self.dead + self.delivery_log + self.audit_log
+        return (
+            self.delivered
+            + self.dead
+            + self.cancelled
+            + self.delivery_log
+            + self.audit_log
+            + self.api_requests
+        )

@@ -50,16 +50,24 @@ class Directory:
     limits_version: int = 0  # grows whenever a limit changes
     # Per (tenant id, provider id): its route, or None when it has none; kept until a refresh.
     _routes: dict[tuple[int, int], Route | None] = field(default_factory=dict, repr=False)
+    # Names to ids, of the dict (by identity) they were built from: tenant_id and
+    # provider_id build them again after each load.
+    _tenant_ids: tuple[object, dict[str, int]] = field(default=(None, {}), repr=False)
+    _provider_ids: tuple[object, dict[str, int]] = field(default=(None, {}), repr=False)
 
     def tenant_id(self, name: str) -> int | None:
-        return next((t.id for t in self.tenants.values() if t.name == name), None)
+        if self._tenant_ids[0] is not self.tenants:  # indexed once per load, not per call
+            self._tenant_ids = (self.tenants, {t.name: t.id for t in self.tenants.values()})
+        return self._tenant_ids[1].get(name)
 
     def enabled(self, tenant_id: int) -> bool:
         tenant = self.tenants.get(tenant_id)
         return tenant is not None and tenant.enabled
 
     def provider_id(self, name: str) -> int | None:
-        return next((p.id for p in self.providers.values() if p.name == name), None)
+        if self._provider_ids[0] is not self.providers:
+            self._provider_ids = (self.providers, {p.name: p.id for p in self.providers.values()})
+        return self._provider_ids[1].get(name)
 
     def route(self, key: tuple[int, int]) -> Route | None:
         """The route of ``key`` (tenant id, provider id); None when the tenant or provider is

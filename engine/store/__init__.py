@@ -20,12 +20,14 @@ from engine.store.records import (
     TenantRecord,
     WorkerRecord,
 )
+from engine.store.requests import ClaimKind, RequestClaim
 from engine.store.store import Store
 from engine.store.tenant_bulk import TenantImport, TenantSpec
 
 __all__ = [
     "ApiKeyRecord",
     "AuditEntry",
+    "ClaimKind",
     "Completion",
     "DeliveryEntry",
     "DepthRow",
@@ -37,6 +39,7 @@ __all__ = [
     "NotificationView",
     "PairLimit",
     "ProviderRecord",
+    "RequestClaim",
     "SendSample",
     "Store",
     "StoreSize",

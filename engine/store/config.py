@@ -55,10 +55,13 @@ class ConfigRepo:
         *,
         limit: Limit | Unset | None = UNSET,
         enabled: bool | None = None,
+        api_limit: Limit | Unset | None = UNSET,
+        max_queued: int | Unset | None = UNSET,
         now: float,
         actor: str,
     ) -> TenantRecord:
-        """Change a tenant's limit (``None`` removes it) and/or enabled flag."""
+        """Change a tenant's limit, enabled flag, API request limit or queue cap (``None``
+        puts a limit or cap back to its default)."""
 
         async def tx(conn: AsyncConnection) -> TenantRecord:
             row = await _tenant_row(conn, name)
@@ -69,6 +72,11 @@ class ConfigRepo:
                 values.update(_limit_cols(limit))
             if enabled is not None:
                 values["enabled"] = enabled
+            if api_limit is not UNSET:
+                values["api_rate_per_s"] = None if api_limit is None else api_limit.rate_per_s
+                values["api_burst"] = None if api_limit is None else api_limit.burst
+            if max_queued is not UNSET:
+                values["max_queued"] = max_queued
             if values:
                 await conn.execute(tenants.update().where(tenants.c.id == row.id).values(values))
                 detail = {"name": name, **{k: v for k, v in values.items()}}
@@ -258,6 +266,13 @@ class ConfigRepo:
         await self._db.write(tx)
 
     async def pair_limits(self) -> list[PairLimit]:
+        return await self._pair_limits(None)
+
+    async def pair_limits_of(self, tenant_id: int) -> list[PairLimit]:
+        """The limits of one tenant with particular providers."""
+        return await self._pair_limits(tenant_id)
+
+    async def _pair_limits(self, tenant_id: int | None) -> list[PairLimit]:
         async def tx(conn: AsyncConnection) -> list[PairLimit]:
             query = (
                 sa.select(
@@ -269,6 +284,8 @@ class ConfigRepo:
                 .join(providers, providers.c.id == rate_limits.c.provider_id)
                 .order_by(tenants.c.name, providers.c.name)
             )
+            if tenant_id is not None:
+                query = query.where(rate_limits.c.tenant_id == tenant_id)
             return [
                 PairLimit(
                     r.tenant_id,
@@ -364,7 +381,14 @@ def _merge(current: dict[str, str], changes: Mapping[str, str]) -> dict[str, str
 
 
 def _tenant(row: sa.Row[Any]) -> TenantRecord:
-    return TenantRecord(row.id, row.name, _limit(row.rate_per_s, row.burst), bool(row.enabled))
+    return TenantRecord(
+        row.id,
+        row.name,
+        _limit(row.rate_per_s, row.burst),
+        bool(row.enabled),
+        _limit(row.api_rate_per_s, row.api_burst),
+        row.max_queued,
+    )
 
 
 async def _tenant_row(conn: AsyncConnection, name: str) -> sa.Row[Any] | None:

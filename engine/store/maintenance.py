@@ -1,10 +1,10 @@
 """Store-wide chores: retention settings, pruning in small batches, chore leases, size.
 
-Pruning deletes finished rows only (delivered and dead notifications by ``finished_at``, the
-delivery and audit logs by ``ts``), each batch its own short transaction, so it never holds
-SQLite's one write lock for long nor grows a Postgres transaction. Every delete re-checks the
-state and age of the rows it removes: a queued or leased notification is never deleted, even
-when it changed state between the pick and the delete.
+Pruning deletes finished rows only (delivered, dead and cancelled notifications by
+``finished_at``, the delivery and audit logs by ``ts``), each batch its own short transaction,
+so it never holds SQLite's one write lock for long nor grows a Postgres transaction. Every
+delete re-checks the state and age of the rows it removes: a queued or leased notification is
+never deleted, even when it changed state between the pick and the delete.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from engine.core.retention import PruneReport, Retention
 from engine.store.database import Database, picked_once
 from engine.store.records import StoreSize
 from engine.store.schema import (
+    api_requests,
     audit_log,
     chore_leases,
     delivery_log,
@@ -35,6 +36,8 @@ from engine.store.schema import (
 __all__ = ["MaintenanceRepo"]
 
 N = notifications
+R = api_requests
+_ABANDONED_S = 86400.0
 _RETENTION = "retention"
 _VACUUM_PAGES = 2048  # pages given back per transaction (8 MiB at SQLite's default 4 KiB)
 _TABLES = ("notifications", "delivery_log", "audit_log", "queue_counts", "tenants", "providers")
@@ -231,6 +234,7 @@ def _targets(retention: Retention, now: float) -> dict[str, Target]:
     for kind, state, window in (
         ("delivered", NotificationState.DELIVERED, retention.delivered_s),
         ("dead", NotificationState.DEAD, retention.dead_s),
+        ("cancelled", NotificationState.CANCELLED, retention.dead_s),  # kept as dead letters are
     ):
         if window is not None:
             where = (N.c.state == state.value) & (N.c.finished_at < now - window)
@@ -241,7 +245,20 @@ def _targets(retention: Retention, now: float) -> dict[str, Target]:
     ):
         if window is not None:
             found[kind] = (table.c.ts < now - window, table, table.c.ts)
+    kept = [w for w in (retention.delivered_s, retention.dead_s) if w is not None]
+    if len(kept) == 2:  # a window of None keeps some notifications, and so their keys, forever
+        found["api_requests"] = (_forgotten_requests(now, min(kept)), R, R.c.created_at)
     return found
+
+
+def _forgotten_requests(now: float, shortest_s: float) -> sa.ColumnElement[bool]:
+    """The HTTP API's idempotency keys retention forgets: a finished request's once its first
+    notification is gone (none can be gone before the shortest window has passed, so younger
+    keys are not looked at), an abandoned one's (its server died) after a day."""
+    gone = ~sa.exists().where(N.c.id == R.c.notification_id)
+    finished = R.c.status.is_not(None) & (R.c.created_at < now - shortest_s) & gone
+    abandoned = R.c.status.is_(None) & (R.c.created_at < now - _ABANDONED_S)
+    return finished | abandoned
 
 
 async def _optimize(conn: AsyncConnection) -> None:

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from engine.core.domain import NotificationState, Outcome
 from engine.core.errors import SecretUnreadable
 from engine.store import pg_hot, sqlite_hot
+from engine.store.cancel import cancel_queued
 from engine.store.database import picked_once
 from engine.store.notify import CHANNEL
 from engine.store.reads import QueueReads
@@ -25,6 +26,7 @@ from engine.store.records import (
     EnqueueResult,
     Leased,
     NewNotification,
+    NotificationView,
 )
 from engine.store.schema import delivery_log, notifications
 
@@ -297,6 +299,14 @@ class QueueRepo(QueueReads):
             return int((await conn.execute(N.delete().where(_dead(tenant_id, ids)))).rowcount)
 
         return await self._db.write(tx)
+
+    async def cancel(self, tenant_id: int, notification_id: int, *, now: float) -> NotificationView:
+        """Cancel one queued notification of the tenant: ``engine.store.cancel`` says how,
+        and what it raises."""
+        found = functools.partial(
+            cancel_queued, tenant_id=tenant_id, notification_id=notification_id, now=now
+        )
+        return self._view(await self._db.write(found))
 
 
 def renew_statement(owner: str, until: float, *, is_sqlite: bool) -> sa.Update:

@@ -223,6 +223,47 @@ class QueueReads:
 
         return await self._db.read(tx)
 
+    async def page(
+        self,
+        tenant_id: int,
+        *,
+        state: NotificationState | None = None,
+        provider_id: int | None = None,
+        before_id: int | None = None,
+        limit: int = 100,
+    ) -> list[NotificationView]:
+        """A tenant's notifications below ``before_id``, newest first: those in ``state`` (or
+        of any state) and of ``provider_id`` (or any). Each state is one backward range of
+        ``ix_notifications_tenant_state`` read from ``before_id`` down, so a page costs the same
+        however many rows the tenant has (a provider filter skips the other providers' rows
+        of the range)."""
+        states = [state] if state is not None else list(NotificationState)
+        below = before_id if before_id is not None else 2**62
+
+        async def tx(conn: AsyncConnection) -> list[NotificationView]:
+            rows: list[sa.Row[Any]] = []
+            for one in states:
+                where = _below_state(tenant_id, one.value, below) & (N.c.state == one.value)
+                if provider_id is not None:
+                    where &= N.c.provider_id == provider_id
+                query = sa.select(N).where(where).order_by(N.c.state.desc(), N.c.id.desc())
+                rows += await conn.execute(query.limit(limit))
+            rows.sort(key=lambda r: r.id, reverse=True)
+            return [self._view(r) for r in rows[:limit]]
+
+        return await self._db.read(tx)
+
+    async def queued_of(self, tenant_id: int) -> int:
+        """How many notifications the tenant holds queued, from the kept counts."""
+        query = sa.select(sa.func.coalesce(sa.func.sum(queue_counts.c.n), 0)).where(
+            (queue_counts.c.tenant_id == tenant_id) & (queue_counts.c.state == _QUEUED)
+        )
+
+        async def tx(conn: AsyncConnection) -> int:
+            return int((await conn.execute(query)).scalar() or 0)
+
+        return await self._db.read(tx)
+
     def _view(self, row: sa.Row[Any]) -> NotificationView:
         return NotificationView(
             id=row.id,
@@ -320,6 +361,13 @@ def _from_state(tenant_id: int, state: str, after_id: int) -> sa.ColumnElement[b
     primary key and filter instead (it did, through a million rows of another tenant)."""
     return (N.c.tenant_id == tenant_id) & (
         sa.tuple_(N.c.state, N.c.id) > sa.tuple_(sa.literal(state), sa.literal(after_id))
+    )
+
+
+def _below_state(tenant_id: int, state: str, before_id: int) -> sa.ColumnElement[bool]:
+    """``_from_state`` read backwards: the tenant's rows below (``state``, ``before_id``)."""
+    return (N.c.tenant_id == tenant_id) & (
+        sa.tuple_(N.c.state, N.c.id) < sa.tuple_(sa.literal(state), sa.literal(before_id))
     )
 
 

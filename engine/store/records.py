@@ -35,10 +35,15 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class TenantRecord:
+    """A tenant: its dispatch ``limit`` and, for the HTTP API, each key's request limit and
+    the most it may hold queued (``None``: the server's defaults)."""
+
     id: int
     name: str
     limit: Limit | None
     enabled: bool
+    api_limit: Limit | None = None
+    max_queued: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ import sqlalchemy as sa
 
 __all__ = [
     "api_keys",
+    "api_requests",
     "audit_log",
     "chore_leases",
     "delivery_log",
@@ -43,6 +44,11 @@ tenants = sa.Table(
     sa.Column("burst", sa.Double, nullable=True),
     sa.Column("enabled", sa.Boolean, nullable=False, server_default=sa.true()),
     sa.Column("created_at", sa.Double, nullable=False),
+    # The HTTP API (migration 0009): each key's requests per second, and the most the tenant
+    # may hold queued; NULL takes the server's default.
+    sa.Column("api_rate_per_s", sa.Double, nullable=True),
+    sa.Column("api_burst", sa.Double, nullable=True),
+    sa.Column("max_queued", sa.BigInteger, nullable=True),
 )
 
 providers = sa.Table(
@@ -278,4 +284,25 @@ api_keys = sa.Table(
     sa.Column("last_used_at", sa.Double, nullable=True),
     sa.Column("revoked_at", sa.Double, nullable=True),
     sa.Index("ix_api_keys_tenant_id", "tenant_id"),
+)
+
+# Idempotent HTTP requests (migration 0009): per tenant and ``Idempotency-Key``, the body's
+# fingerprint, the owner and lease while in flight, then the answer to replay.
+api_requests = sa.Table(
+    "api_requests",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column(
+        "tenant_id", sa.Integer, sa.ForeignKey("tenants.id", ondelete="CASCADE"), nullable=False
+    ),
+    sa.Column("idem_key", sa.String(255), nullable=False),
+    sa.Column("fingerprint", sa.String(64), nullable=False),
+    sa.Column("owner", sa.String(32), nullable=True),
+    sa.Column("locked_until", sa.Double, nullable=True),
+    sa.Column("status", sa.Integer, nullable=True),
+    sa.Column("response", sa.Text, nullable=True),
+    sa.Column("notification_id", sa.BigInteger, nullable=True),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.UniqueConstraint("tenant_id", "idem_key"),
+    sa.Index("ix_api_requests_created_at", "created_at"),
 )

@@ -21,6 +21,7 @@ from engine.store.health import HealthRepo
 from engine.store.maintenance import MaintenanceRepo
 from engine.store.notify import listen
 from engine.store.queue import QueueRepo
+from engine.store.requests import RequestRepo
 from engine.store.rotation import RotationRepo
 from engine.store.stats import StatsRepo
 
@@ -34,7 +35,7 @@ _MIGRATIONS = Path(__file__).with_name("migrations")
 # The newest migration's revision (tests/test_migrations.py checks it against the scripts):
 # known here, so that a command checks the store's revision without importing Alembic, which
 # only ``migrate`` needs.
-HEAD = "0008"
+HEAD = "0009"
 
 
 def _alembic_config() -> Config:
@@ -58,6 +59,7 @@ class Store:
         self.rotation = RotationRepo(self._db, box)
         self.glance = GlanceReads(self._db, box)
         self.apikeys = ApiKeyRepo(self._db)  # a console's reads over many tenants
+        self.requests = RequestRepo(self._db)  # the HTTP API's idempotency keys
 
     @property
     def dialect(self) -> str:

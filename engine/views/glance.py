@@ -236,6 +236,7 @@ def _totals(overview: QueueOverview, wall: float, read_at: float) -> QueueTotals
         leased=t.get(S.LEASED, 0),
         delivered=t.get(S.DELIVERED, 0),
         dead=t.get(S.DEAD, 0),
+        cancelled=t.get(S.CANCELLED, 0),
         tenants_queued=overview.tenants_queued,
         oldest_queued_age_s=None if oldest is None else max(0.0, wall - oldest),
         read_at=read_at,

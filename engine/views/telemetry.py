@@ -47,6 +47,7 @@ class TenantDepth:
     delivered: int
     dead: int
     oldest_queued_age_s: float | None
+    cancelled: int = 0  # last, with a default: rows are made by position
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,6 +310,7 @@ def tenant_depths(
             delivered=counts.get(NotificationState.DELIVERED, 0),
             dead=counts.get(NotificationState.DEAD, 0),
             oldest_queued_age_s=oldest[tenant_id],
+            cancelled=counts.get(NotificationState.CANCELLED, 0),
         )
         for tenant_id, counts in sorted(per.items())
     )
@@ -377,6 +379,7 @@ def summed(depth: Iterable[TenantDepth], now: float) -> QueueTotals:
         leased=sum(d.leased for d in rows),
         delivered=sum(d.delivered for d in rows),
         dead=sum(d.dead for d in rows),
+        cancelled=sum(d.cancelled for d in rows),
         tenants_queued=sum(1 for d in rows if d.queued),
         oldest_queued_age_s=max(ages, default=None),
         read_at=now,

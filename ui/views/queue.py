@@ -1,5 +1,6 @@
 """Queue and dead letters: filter by tenant and state; retry or discard the selected dead
-notifications, or all that match, after a confirmation that does not block the window.
+notifications, or all that match, or cancel the selected queued ones, after a confirmation
+that does not block the window.
 
 The tenant box completes among thousands of names (empty: every tenant, read in one query per
 state, not one per tenant); the rows read filter and sort in their model."""
@@ -47,6 +48,7 @@ class QueueView(QWidget):
         for state in (NotificationState.QUEUED, NotificationState.LEASED):
             self.state.addItem(state.value, state.value)
         self.state.addItem("delivered", NotificationState.DELIVERED.value)
+        self.state.addItem("cancelled", NotificationState.CANCELLED.value)
         self.state.addItem("any state", "")
         self.tenant.activated.connect(lambda _index: self.reload())
         line = self.tenant.lineEdit()
@@ -89,12 +91,17 @@ class QueueView(QWidget):
         self.discard_selected.clicked.connect(lambda: self.confirm(retry=False, selected=True))
         self.retry_all.clicked.connect(lambda: self.confirm(retry=True, selected=False))
         self.discard_all.clicked.connect(lambda: self.confirm(retry=False, selected=False))
+        self.cancel_selected = QPushButton("Cancel selected…")
+        self.cancel_selected.clicked.connect(self.confirm_cancel)
         actions = QHBoxLayout()
         for button in (self.retry_selected, self.discard_selected, self.retry_all):
             actions.addWidget(button)
         actions.addWidget(self.discard_all)
+        actions.addWidget(self.cancel_selected)
         actions.addStretch(1)
-        self.hint = QLabel("Only dead notifications can be retried or discarded.")
+        self.hint = QLabel(
+            "Only dead notifications can be retried or discarded, and queued ones cancelled."
+        )
         actions.addWidget(self.hint)
         return actions
 
@@ -139,6 +146,11 @@ class QueueView(QWidget):
         rows = [i.row() for i in self.table.selectionModel().selectedRows()]
         return self.model.ids(rows)
 
+    def selected_queued(self) -> list[QueueRow]:
+        """The selected rows that are queued: those ``Cancel selected`` would cancel."""
+        found = (self.model.record_of(i) for i in self.selected_ids())
+        return [r for r in found if r is not None and r.view.state is NotificationState.QUEUED]
+
     def _dead_shown(self) -> bool:
         return self.filters()[1] is NotificationState.DEAD
 
@@ -149,7 +161,8 @@ class QueueView(QWidget):
         self.discard_selected.setEnabled(chosen)
         self.retry_all.setEnabled(dead and self.model.rowCount() > 0)
         self.discard_all.setEnabled(dead and self.model.rowCount() > 0)
-        self.hint.setVisible(not dead)
+        self.cancel_selected.setEnabled(bool(self.selected_queued()))
+        self.hint.setVisible(not dead and not self.cancel_selected.isEnabled())
 
     # -- actions ---------------------------------------------------------------------------
 
@@ -178,3 +191,18 @@ class QueueView(QWidget):
             lambda: (self.bridge.retry_dead if retry else self.bridge.discard_dead)(ids, tenant),
             level="info" if retry else "warn",
         )
+
+    def confirm_cancel(self) -> None:
+        """Ask in the message bar before cancelling the selected queued notifications."""
+        rows = self.selected_queued()
+        if not rows:
+            return
+        what = f"{len(rows)} selected queued notification{'s' if len(rows) != 1 else ''}"
+        targets = [(r.tenant, r.view.id) for r in rows]
+        self.bar.ask(
+            f"Cancel {what}? They will never be sent; this cannot be undone.",
+            "Cancel them",
+            lambda: self.bridge.cancel_notifications(targets),
+            level="warn",
+        )
+        self.bar.reject_button.setText("Keep them")  # "Cancel" beside "Cancel them" would puzzle

@@ -43,6 +43,7 @@ def prune_summary(report: PruneReport) -> str:
     kinds = (
         (report.delivered, "delivered"),
         (report.dead, "dead"),
+        (report.cancelled, "cancelled"),
         (report.delivery_log, "delivery-log"),
         (report.audit_log, "audit"),
     )

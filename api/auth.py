@@ -1,0 +1,109 @@
+"""Who is calling, and may they: the bearer key (401), its scope (403) and its request limit
+(429), in that order, before a route does anything. A key is never logged, counted by or
+echoed in an answer."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from fastapi import Request
+
+from api.metrics import ApiMetrics
+from api.problems import ProblemError
+from api.throttle import KeyBuckets, Verdict
+from engine import Engine, Limit, TenantRecord
+
+__all__ = ["ApiSettings", "Caller", "Door"]
+
+_TENANT_TTL_S = 5.0  # a tenant's request limit and queue cap are read again this often
+_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="omnipost"'}
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSettings:
+    """The server's defaults: each key's request limit, a tenant's queue cap (both where the
+    tenant sets none), the largest body; ``share`` divides the request limit between the
+    server processes that share it (``--workers``), each keeping its own buckets."""
+
+    api_limit: Limit = field(default_factory=lambda: Limit(100.0, 200.0))
+    max_queued: int = 1_000_000
+    max_body: int = 1 << 20
+    share: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    tenant: str
+    key_id: int
+    scope: tuple[str, ...]
+    limit: Verdict
+
+
+class Door:
+    """What every route asks first: ``await door.admit(request, "send")``."""
+
+    def __init__(self, engine: Engine, settings: ApiSettings, metrics: ApiMetrics) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.metrics = metrics
+        self.buckets = KeyBuckets(time.monotonic)
+        self._tenants: dict[str, tuple[float, TenantRecord]] = {}
+
+    async def admit(self, request: Request, need: str | None) -> Caller:
+        """The caller of ``request`` if its key is live, allows ``need`` (``send``/``read``;
+        None: any scope) and is within its request limit; else a ProblemError."""
+        header = request.headers.get("authorization", "")
+        scheme, _, key = header.partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            self.metrics.refused("unauthorized")
+            raise ProblemError(
+                401, "send an API key as the header Authorization: Bearer KEY.", headers=_CHALLENGE
+            )
+        record = await self.engine.check_api_key(key.strip())
+        if record is None:
+            self.metrics.refused("unauthorized")
+            raise ProblemError(
+                401, "the API key is not valid: unknown, revoked or mistyped.", headers=_CHALLENGE
+            )
+        if need is not None and need not in record.scope:
+            self.metrics.refused("forbidden")
+            scope = ", ".join(record.scope)
+            raise ProblemError(403, f"this key may not {need} (its scope is {scope}).")
+        tenant = await self.tenant(record.tenant)
+        verdict = self.buckets.take(record.id, self.request_limit(tenant))
+        if not verdict.allowed:
+            self.metrics.refused("rate_limited")
+            raise ProblemError(
+                429,
+                f"this key made more requests than its limit of {_rate(verdict.limit)} allows; "
+                f"try again in {verdict.retry_after_s} s.",
+                headers=verdict.headers(),
+            )
+        return Caller(record.tenant, record.id, record.scope, verdict)
+
+    async def tenant(self, name: str) -> TenantRecord:
+        """The tenant's record, read at most every few seconds."""
+        now = time.monotonic()
+        kept = self._tenants.get(name)
+        if kept is not None and now - kept[0] < _TENANT_TTL_S:
+            return kept[1]
+        record = await self.engine.tenant(name)
+        if len(self._tenants) > 65_536:
+            self._tenants.clear()
+        self._tenants[name] = (now, record)
+        return record
+
+    def request_limit(self, tenant: TenantRecord) -> Limit:
+        limit = tenant.api_limit or self.settings.api_limit
+        share = max(1, self.settings.share)
+        if share == 1:
+            return limit
+        return Limit(limit.rate_per_s / share, max(1.0, limit.burst / share))
+
+    def max_queued(self, tenant: TenantRecord) -> int:
+        return tenant.max_queued or self.settings.max_queued
+
+
+def _rate(limit: Limit) -> str:
+    return f"{limit.rate_per_s:g}/s (burst {limit.burst:g})"

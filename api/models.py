@@ -1,0 +1,165 @@
+"""The bodies the API reads and writes, as pydantic models: they validate requests (a bad
+field is a 422 naming it) and describe both directions in the OpenAPI document."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from engine import MAX_KEY_CHARS, NotificationView, is_text
+
+__all__ = [
+    "MAX_BATCH",
+    "NAME_PATTERN",
+    "Batch",
+    "BatchAnswer",
+    "Cancelled",
+    "Health",
+    "Limits",
+    "NewNotification",
+    "Notification",
+    "NotificationPage",
+    "Problem",
+    "Queued",
+    "RateLimit",
+]
+
+MAX_BATCH = 1000
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"  # tenant and provider names, as the engine's
+StateName = Literal["queued", "leased", "delivered", "dead", "cancelled"]
+
+
+def _text(value: str) -> str:
+    if not is_text(value):  # a lone surrogate, from a JSON escape such as "\udcff"
+        raise ValueError("holds characters that are not valid Unicode text")
+    if "\x00" in value:  # "\u0000": no database keeps it in text
+        raise ValueError("holds a NUL character")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_text)]
+
+
+class NewNotification(BaseModel):
+    """One notification to queue."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    provider: str = Field(pattern=NAME_PATTERN, description="A configured provider's name.")
+    recipient: Text = Field(
+        min_length=1,
+        max_length=4096,
+        description="Where it goes (an address, a number, a URL, a device token); kept "
+        "encrypted and shown masked.",
+    )
+    payload: dict[str, Any] = Field(
+        default_factory=dict, description="What the provider sends (its `subject`, `text`...)."
+    )
+    key: Text | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_KEY_CHARS,
+        description="The notification's own idempotency key: a key the tenant used before "
+        "answers the notification it named (`duplicate: true`) instead of queueing another.",
+    )
+    priority: int = Field(
+        default=0, ge=-1_000_000, le=1_000_000, description="Higher is sent first."
+    )
+
+
+class Batch(BaseModel):
+    """Up to 1,000 notifications, queued all together or not at all."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    notifications: list[NewNotification] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class Queued(BaseModel):
+    """A notification just queued (or, with `duplicate`, the one its key named before)."""
+
+    id: int
+    state: StateName
+    duplicate: bool
+    provider: str
+    key: str | None
+
+
+class BatchAnswer(BaseModel):
+    notifications: list[Queued]
+
+
+class Notification(BaseModel):
+    """A notification as its tenant sees it; the recipient is masked."""
+
+    id: int
+    state: StateName
+    provider: str
+    recipient: str = Field(description="Masked: the first and last characters only.")
+    key: str
+    priority: int
+    attempts: int = Field(description="Times it was taken to be sent so far.")
+    max_attempts: int
+    enqueued_at: float = Field(description="Unix time, seconds.")
+    available_at: float = Field(description="When it is (or was) next due, unix seconds.")
+    finished_at: float | None = Field(description="Delivered, dead or cancelled at.")
+    last_error: str | None
+
+    @classmethod
+    def of(cls, view: NotificationView, provider: str) -> Notification:
+        return cls(
+            id=view.id,
+            state=view.state.value,
+            provider=provider,
+            recipient=view.recipient_masked,
+            key=view.idempotency_key,
+            priority=view.priority,
+            attempts=view.attempt,
+            max_attempts=view.max_attempts,
+            enqueued_at=view.enqueued_at,
+            available_at=view.available_at,
+            finished_at=view.finished_at,
+            last_error=view.last_error,
+        )
+
+
+class NotificationPage(BaseModel):
+    notifications: list[Notification]
+    next_cursor: str | None = Field(
+        description="Pass as `cursor` for the next page; null on the last page."
+    )
+
+
+class Cancelled(BaseModel):
+    notification: Notification
+
+
+class RateLimit(BaseModel):
+    rate_per_s: float
+    burst: float
+
+
+class Limits(BaseModel):
+    """The calling tenant's limits."""
+
+    tenant: str
+    dispatch: RateLimit | None = Field(description="Sends per second across its providers.")
+    providers: dict[str, RateLimit] = Field(description="Its limits with particular providers.")
+    requests: RateLimit = Field(description="API requests per second, for each of its keys.")
+    max_queued: int = Field(description="The most notifications it may hold queued.")
+    queued: int = Field(description="How many it holds queued now.")
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+class Problem(BaseModel):
+    """An error, as RFC 9457 `application/problem+json`."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str
+    field: str | None = Field(default=None, description="The request field at fault, if one.")
