@@ -4,19 +4,26 @@ echoed in an answer."""
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass, field
 
 from fastapi import Request
 
+from api.coalesce import Coalescer
 from api.metrics import ApiMetrics
 from api.problems import ProblemError
 from api.throttle import KeyBuckets, Verdict
-from engine import Engine, Limit, TenantRecord
+from engine import ApiKeyRecord, Engine, Limit, TenantRecord
 
 __all__ = ["ApiSettings", "Caller", "Door"]
 
 _TENANT_TTL_S = 5.0  # a tenant's request limit and queue cap are read again this often
+# A live key is checked against the store again after this long: a revoked key stops working
+# within a second, and a caller's requests cost no read of the store each.
+KEY_TTL_S = 1.0
+_QUEUED_TTL_S = 1.0  # a tenant's queued count is read again this often (see ``queued``)
+_KEPT = 65_536  # entries of each cache before it is emptied
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="omnipost"'}
 
 
@@ -48,7 +55,12 @@ class Door:
         self.settings = settings
         self.metrics = metrics
         self.buckets = KeyBuckets(time.monotonic)
+        # SQLite writes one transaction at a time; Postgres overlaps a few.
+        writers = 1 if engine.store_url.startswith("sqlite") else 4
+        self.coalescer = Coalescer(engine, writers=writers)
         self._tenants: dict[str, tuple[float, TenantRecord]] = {}
+        self._keys: dict[str, tuple[float, ApiKeyRecord]] = {}  # by the key's SHA-256
+        self._queued: dict[str, list[float]] = {}  # tenant -> [read at, count, added since]
 
     async def admit(self, request: Request, need: str | None) -> Caller:
         """The caller of ``request`` if its key is live, allows ``need`` (``send``/``read``;
@@ -60,7 +72,7 @@ class Door:
             raise ProblemError(
                 401, "send an API key as the header Authorization: Bearer KEY.", headers=_CHALLENGE
             )
-        record = await self.engine.check_api_key(key.strip())
+        record = await self._check(key.strip())
         if record is None:
             self.metrics.refused("unauthorized")
             raise ProblemError(
@@ -81,6 +93,40 @@ class Door:
                 headers=verdict.headers(),
             )
         return Caller(record.tenant, record.id, record.scope, verdict)
+
+    async def _check(self, key: str) -> ApiKeyRecord | None:
+        """The live key ``key`` is, as the store said at most ``KEY_TTL_S`` ago."""
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        now = time.monotonic()
+        kept = self._keys.get(digest)
+        if kept is not None and now - kept[0] < KEY_TTL_S:
+            return kept[1]
+        record = await self.engine.check_api_key(key)
+        if record is None:
+            self._keys.pop(digest, None)
+            return None
+        if len(self._keys) >= _KEPT:
+            self._keys.clear()
+        self._keys[digest] = (now, record)
+        return record
+
+    async def queued(self, tenant: str) -> int:
+        """About how many notifications ``tenant`` holds queued: the store's count, read at
+        most ``_QUEUED_TTL_S`` ago, plus what this server queued for it since. Requests in
+        other processes meanwhile are not in it: the cap holds to within a second's intake."""
+        now = time.monotonic()
+        kept = self._queued.get(tenant)
+        if kept is None or now - kept[0] >= _QUEUED_TTL_S:
+            if len(self._queued) >= _KEPT:
+                self._queued.clear()
+            kept = self._queued[tenant] = [now, await self.engine.queued_count(tenant), 0]
+        return int(kept[1] + kept[2])
+
+    def added(self, tenant: str, count: int) -> None:
+        """``count`` notifications were just queued for ``tenant`` here."""
+        kept = self._queued.get(tenant)
+        if kept is not None:
+            kept[2] += count
 
     async def tenant(self, name: str) -> TenantRecord:
         """The tenant's record, read at most every few seconds."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from engine import MAX_KEY_CHARS, NotificationView, is_text
 
@@ -16,6 +16,7 @@ __all__ = [
     "BatchAnswer",
     "Cancelled",
     "Health",
+    "Incoming",
     "Limits",
     "NewNotification",
     "Notification",
@@ -74,6 +75,18 @@ class Batch(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     notifications: list[NewNotification] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+def _shape(value: Any) -> str:
+    return "batch" if isinstance(value, dict) and "notifications" in value else "one"
+
+
+# A POST's body: one notification or a batch, told apart by the ``notifications`` field, so that
+# each body is checked against the one shape it is (and its errors name that shape's fields).
+Incoming = Annotated[
+    Annotated[NewNotification, Tag("one")] | Annotated[Batch, Tag("batch")],
+    Discriminator(_shape),
+]
 
 
 class Queued(BaseModel):

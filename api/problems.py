@@ -86,21 +86,17 @@ def field_path(loc: Sequence[int | str]) -> str:
 
 
 def _one_shape(errors: Sequence[Any], body: object) -> list[Any]:
-    """A body that may be one of several models (a notification or a batch) is checked
-    against each, so the errors of every shape come back tagged with its name
-    (``("body", "Batch", ...)``): keep those of the shape the body meant, untagged."""
-    shapes = {e["loc"][1] for e in errors if len(e.get("loc", ())) > 1 and e["loc"][0] == "body"}
-    if not shapes or not shapes <= _SHAPES:
-        return list(errors)
-    meant = "Batch" if isinstance(body, dict) and "notifications" in body else "NewNotification"
+    """A body that is one of two shapes (a notification or a batch) comes back with its
+    errors tagged by the shape (``("body", "batch", ...)``): untag them."""
     return [
         {**e, "loc": ("body", *e["loc"][2:])}
+        if len(e.get("loc", ())) > 1 and e["loc"][0] == "body" and e["loc"][1] in _SHAPES
+        else e
         for e in errors
-        if len(e.get("loc", ())) > 1 and e["loc"][1] == meant
-    ] or list(errors)
+    ]
 
 
-_SHAPES = {"NewNotification", "Batch"}
+_SHAPES = {"one", "batch"}  # the tags of ``api.models.Incoming``
 _MESSAGES = {
     "missing": "is required",
     "extra_forbidden": "is not a field this API knows",

@@ -20,6 +20,7 @@ from api.models import (
     Batch,
     BatchAnswer,
     Cancelled,
+    Incoming,
     Limits,
     NewNotification,
     Notification,
@@ -42,6 +43,7 @@ __all__ = ["MAX_IDEMPOTENCY_KEY", "router"]
 
 MAX_IDEMPOTENCY_KEY = 255
 MAX_ID = 2**63 - 1  # the store's ids are 64-bit
+_QUEUED = NotificationState.QUEUED.value
 _PROBLEM: dict[str, Any] = {
     "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}
 }
@@ -87,8 +89,7 @@ async def _notification(door: Door, view: NotificationView) -> Notification:
 )
 async def post_notifications(
     request: Request,
-    response: Response,
-    body: Annotated[NewNotification | Batch, Body()],
+    body: Annotated[Incoming, Body()],
     idempotency_key: Annotated[
         str | None,
         Header(
@@ -99,10 +100,9 @@ async def post_notifications(
 ) -> Any:
     door = _door(request)
     caller = await door.admit(request, "send")
-    _limited(response, caller)
     items = body.notifications if isinstance(body, Batch) else [body]
     if idempotency_key is None:
-        return await _queue(door, caller, body, items, None)
+        return _accepted(await _queue(door, caller, body, items, None), caller)
     if not 0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY:
         raise ProblemError(
             400, f"the Idempotency-Key header must be 1 to {MAX_IDEMPOTENCY_KEY} characters."
@@ -140,17 +140,28 @@ async def post_notifications(
     except BaseException:
         await door.engine.abandon_request(caller.tenant, idempotency_key, owner=owner)
         raise
-    text = answer.model_dump_json()
-    first = (answer.notifications[0] if isinstance(answer, BatchAnswer) else answer).id
+    first = (answer["notifications"][0] if "notifications" in answer else answer)["id"]
     await door.engine.finish_request(
         caller.tenant,
         idempotency_key,
         owner=owner,
         status=202,
-        response=text,
+        response=_json(answer),
         notification_id=first,
     )
-    return answer
+    return _accepted(answer, caller)
+
+
+def _json(answer: dict[str, Any]) -> str:
+    return json.dumps(answer, ensure_ascii=False, separators=(",", ":"))
+
+
+def _accepted(answer: dict[str, Any], caller: Caller) -> Response:
+    """The 202, written here once: the answer is built of plain values already (the route's
+    ``response_model`` describes it in the OpenAPI document; checking it again per item would
+    cost a batch as much as its validation)."""
+    headers = caller.limit.headers()
+    return Response(_json(answer), status_code=202, headers=headers, media_type="application/json")
 
 
 async def _queue(
@@ -159,7 +170,7 @@ async def _queue(
     body: NewNotification | Batch,
     items: list[NewNotification],
     idempotency_key: str | None,
-) -> Queued | BatchAnswer:
+) -> dict[str, Any]:
     """Check every item, then queue them all in one transaction."""
     batch = isinstance(body, Batch)
     for index, item in enumerate(items):
@@ -170,7 +181,7 @@ async def _queue(
             )
     tenant = await door.tenant(caller.tenant)
     cap = door.max_queued(tenant)
-    queued = await door.engine.queued_count(caller.tenant)
+    queued = await door.queued(caller.tenant)
     if queued + len(items) > cap:
         door.metrics.refused("queue_full")
         raise ProblemError(
@@ -190,30 +201,32 @@ async def _queue(
         )
         for index, item in enumerate(items)
     ]
-    results = await door.engine.enqueue_many(caller.tenant, rows)
+    results = await door.coalescer.enqueue(caller.tenant, rows)
+    door.added(caller.tenant, sum(not r.duplicate for r in results))
     answers = [
         await _queued(door, caller, item, result)
         for item, result in zip(items, results, strict=True)
     ]
-    return BatchAnswer(notifications=answers) if batch else answers[0]
+    return {"notifications": answers} if batch else answers[0]
 
 
 async def _queued(
     door: Door, caller: Caller, item: NewNotification, result: EnqueueResult
-) -> Queued:
-    state = NotificationState.QUEUED
-    # A key made up here (``http:``) is this request's own: its row, found again after a
-    # restart, is no duplicate of another request.
-    duplicate = result.duplicate and not result.idempotency_key.startswith("http:")
-    if result.duplicate:
-        state = (await door.engine.notification(caller.tenant, result.id)).state
-    return Queued(
-        id=result.id,
-        state=state.value,
-        duplicate=duplicate,
-        provider=item.provider,
-        key=item.key,
-    )
+) -> dict[str, Any]:
+    """One item's answer, as ``Queued`` describes it."""
+    if not result.duplicate:
+        state = _QUEUED
+    else:
+        state = (await door.engine.notification(caller.tenant, result.id)).state.value
+    return {
+        "id": result.id,
+        "state": state,
+        # A key made up here (``http:``) is this request's own: its row, found again after a
+        # restart, is no duplicate of another request.
+        "duplicate": result.duplicate and not result.idempotency_key.startswith("http:"),
+        "provider": item.provider,
+        "key": item.key,
+    }
 
 
 # -- look -------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import _sections as sections
 import jinja2
+from _api_section import api as api_section
 from _console_section import console as console_section
 from _sections import Data
 from _startup_section import startup as startup_section
@@ -66,6 +67,7 @@ def render(
         console=section("console", console_section),
         tenants=section("tenants", tenants_section),
         startup=section("startup", startup_section),
+        api=section("http_api", api_section),
         micro=sections.micro(data.get("bucket"), data.get("redis_limiter")),
     )
     return reflow(page)

@@ -45,6 +45,9 @@ from engine import BUILTIN_KINDS, Engine, LocalLimiter, SecretBox, Store, System
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCH = 100
+# The targets: single POSTs against the bare endpoint, batched rows against
+# Engine.enqueue_many in process and against PgQueuer's enqueue.
+TARGETS = {"single_vs_bare": 0.5, "batch_vs_direct": 0.8, "batch_vs_pgqueuer": 1.0}
 PAYLOAD: dict[str, Any] = {"subject": "hi", "n": 1}
 ITEM: dict[str, Any] = {"provider": "sim", "recipient": "ada@example.com", "payload": PAYLOAD}
 
@@ -113,7 +116,9 @@ def _omnipost(env: dict[str, str], *args: str) -> str:
     return done.stdout
 
 
-def measure_api(url: str, home: Path, seconds: float, concurrency: int) -> dict[str, Any]:
+def measure_api(
+    url: str, home: Path, seconds: float, concurrency: int, workers: int = 1
+) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OMNIPOST_")}
     env |= {"OMNIPOST_HOME": str(home), "OMNIPOST_DB": url}
     _omnipost(env, "migrate")
@@ -124,7 +129,7 @@ def measure_api(url: str, home: Path, seconds: float, concurrency: int) -> dict[
     _omnipost(env, "provider", "add", "sim", "--kind", "simulated")
     key = json.loads(_omnipost(env, "apikey", "create", "bench", "--json"))["key"]
     port = _free_port()
-    cmd = [sys.executable, "-m", "app", "serve", "--port", str(port)]
+    cmd = [sys.executable, "-m", "app", "serve", "--port", str(port), "--workers", str(workers)]
     proc = subprocess.Popen(
         cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
     )
@@ -277,6 +282,7 @@ def main() -> None:
     p.add_argument("--stores", default="sqlite,postgres")
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--concurrency", type=int, default=32)
+    p.add_argument("--repeat", type=int, default=2, help="runs of everything, for ranges")
     args = p.parse_args()
     _hey()
     stores = [s for s in args.stores.split(",") if s]
@@ -286,15 +292,19 @@ def main() -> None:
         "seconds": args.seconds,
         "concurrency": args.concurrency,
         "batch": BATCH,
+        "targets": TARGETS,
         "load_before": os.getloadavg()[0],
-        "stores": {},
+        "runs": [],
     }
-    bare = measure_bare(args.seconds, args.concurrency)
-    for store in stores:
-        with tempfile.TemporaryDirectory(prefix="omnipost-api-bench-") as folder:
-            result = run_store(store, Path(folder), bare, args.seconds, args.concurrency)
-        result["ratios"] = _ratios(result)
-        report["stores"][store] = result
+    for _ in range(args.repeat):
+        run: dict[str, Any] = {}
+        bare = measure_bare(args.seconds, args.concurrency)
+        for store in stores:
+            with tempfile.TemporaryDirectory(prefix="omnipost-api-bench-") as folder:
+                result = run_store(store, Path(folder), bare, args.seconds, args.concurrency)
+            result["ratios"] = _ratios(result)
+            run[store] = result
+        report["runs"].append(run)
     report["load_after"] = os.getloadavg()[0]
     emit(report, args.out)
 
