@@ -72,4 +72,5 @@ def api(d: Data) -> Context:
         "seconds": d["seconds"],
         "concurrency": d["concurrency"],
         "load": d["machine"]["load_avg_1m"],
+        "load_before": round(d["load_before"], 2),
     }
