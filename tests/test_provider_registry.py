@@ -8,9 +8,23 @@ import pytest
 
 from engine import providers
 from engine.core.errors import ConfigError
-from engine.providers import BUILTIN_KINDS, Provider, ProviderConfig, file, simulated, smtp, webhook
+from engine.providers import (
+    BUILTIN_KINDS,
+    Provider,
+    ProviderConfig,
+    file,
+    simulated,
+    smtp,
+    twilio,
+    webhook,
+)
 
-SECRETS = {"signing_key": "s3cr3t-signing", "username": "u53r", "password": "pa55w0rd"}
+SECRETS = {
+    "signing_key": "s3cr3t-signing",
+    "username": "u53r",
+    "password": "pa55w0rd",
+    "auth_token": "tw1l10-t0k3n",
+}
 
 
 def valid_config(kind: str, tmp_path: Path) -> ProviderConfig:
@@ -19,16 +33,18 @@ def valid_config(kind: str, tmp_path: Path) -> ProviderConfig:
         "file": {"path": str(tmp_path / "out.jsonl")},
         "webhook": {"url": "https://hooks.example.com/in"},
         "smtp": {"host": "smtp.example.com", "from": "me@example.com"},
+        "twilio": {"account_sid": "AC" + "0" * 32, "from": "+15550001111"},
     }[kind]
     secrets = {
         "webhook": {"signing_key": SECRETS["signing_key"]},
         "smtp": {"username": SECRETS["username"], "password": SECRETS["password"]},
+        "twilio": {"auth_token": SECRETS["auth_token"]},
     }.get(kind, {})
     return ProviderConfig(f"my-{kind}", kind, options, secrets)
 
 
-def test_the_registry_names_the_four_kinds_by_their_module_kind() -> None:
-    modules = (simulated, file, webhook, smtp)
+def test_the_registry_names_the_kinds_by_their_module_kind() -> None:
+    modules = (simulated, file, webhook, smtp, twilio)
     assert list(BUILTIN_KINDS) == [module.KIND for module in modules]
     assert set(providers.__all__) >= {"BUILTIN_KINDS", "Provider", "ProviderConfig"}
 

@@ -10,12 +10,13 @@ docs/providers.md come.
 
 from __future__ import annotations
 
-from engine.providers import file, simulated, smtp, webhook
+from engine.providers import file, simulated, smtp, twilio, webhook
 from engine.providers.base import Provider, ProviderConfig, ProviderFactory
 from engine.providers.file import FileProvider
 from engine.providers.schema import COMMON_OPTIONS, OptionSpec, ProviderKind
 from engine.providers.simulated import SimulatedProvider
 from engine.providers.smtp import SmtpProvider
+from engine.providers.twilio import TwilioProvider
 from engine.providers.webhook import WebhookProvider, verify_signature
 
 __all__ = [
@@ -30,12 +31,13 @@ __all__ = [
     "ProviderKind",
     "SimulatedProvider",
     "SmtpProvider",
+    "TwilioProvider",
     "WebhookProvider",
     "verify_signature",
 ]
 
 PROVIDER_KINDS: dict[str, ProviderKind] = {
-    kind.name: kind for kind in (simulated.SPEC, file.SPEC, webhook.SPEC, smtp.SPEC)
+    kind.name: kind for kind in (simulated.SPEC, file.SPEC, webhook.SPEC, smtp.SPEC, twilio.SPEC)
 }
 BUILTIN_KINDS: dict[str, ProviderFactory] = {
     name: kind.factory for name, kind in PROVIDER_KINDS.items()
