@@ -71,7 +71,9 @@ Add the tenants of FILE, one JSON object a line:
   {"name": "acme", "rate": "300/min", "burst": 10, "enabled": true}
 
 rate and burst read as `tenant add --rate --burst` reads them (no rate: unlimited; no burst:
-one second's worth); enabled is true unless given; blank lines are skipped. Every line is
+one second's worth); enabled is true unless given; api_rate, api_burst and max_queued as
+`tenant set --api-rate --api-burst --max-queued` (absent: the server's defaults); blank lines
+are skipped. Every line is
 checked first, and the file is written in one transaction: a bad line, or a tenant that
 exists already (without --update), writes nothing. `omnipost tenant export` writes this form.
 """

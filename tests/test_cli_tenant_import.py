@@ -89,12 +89,19 @@ def test_export_then_import_update_sets_every_tenant_back_exactly(cli: Cli, tmp_
     cli.ok("tenant", "add", "hooli", "--rate", "7/min", "--burst", "1e6")
     cli.ok("tenant", "add", "umbrella", "--rate", "123.456789/s", "--burst", "1.0000001")
     cli.ok("tenant", "add", "vandelay", "--rate", "0.0000003", "--disable")
+    cli.ok(
+        "tenant", "set", "hooli", "--api-rate", "20/s", "--api-burst", "5", "--max-queued", "900"
+    )
     before = cli.json("tenant", "list")
     exported = cli.ok("tenant", "export")
     assert exported.splitlines()[0] == (
         '{"name": "acme", "rate": "1000/h", "burst": 2.5, "enabled": true}'
     )
     assert '{"name": "initech", "enabled": true}' in exported.splitlines()  # unlimited
+    assert (
+        '{"name": "hooli", "rate": "7/min", "burst": 1000000, "enabled": true, '
+        '"api_rate": "20/s", "api_burst": 5, "max_queued": 900}'
+    ) in exported.splitlines()
     saved = tmp_path / "saved.jsonl"
     assert cli.ok("tenant", "export", "--output", str(saved)) == (
         f"exported 6 tenants to {saved}\n"
@@ -103,6 +110,7 @@ def test_export_then_import_update_sets_every_tenant_back_exactly(cli: Cli, tmp_
 
     for name in ("acme", "globex", "initech", "hooli", "umbrella", "vandelay"):
         cli.ok("tenant", "set", name, "--rate", "3", "--burst", "9", "--enable")
+        cli.ok("tenant", "set", name, "--api-rate", "1/s", "--max-queued", "3")
     assert cli.ok("tenant", "import", str(saved), "--update") == (
         "imported 6 tenants (0 added, 6 updated)\n"
     )
@@ -226,6 +234,10 @@ def test_rates_are_written_in_the_plainest_unit(per_s: float, text: str) -> None
 def test_a_tenant_line_reads_back_to_the_same_tenant(limit: Limit | None, enabled: bool) -> None:
     line = tenant_line(TenantRecord(1, "acme", limit, enabled))
     assert parse_tenant_lines([line]) == [TenantSpec("acme", limit, enabled, line=1)]
+    api = TenantRecord(1, "acme", limit, enabled, limit, 5)  # the API's limits read back too
+    assert parse_tenant_lines([tenant_line(api)]) == [
+        TenantSpec("acme", limit, enabled, 1, limit, 5)
+    ]
 
 
 def test_numbers_of_a_line_are_what_tenant_add_takes() -> None:

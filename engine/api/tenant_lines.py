@@ -4,7 +4,10 @@
 One line is one object, ``{"name": "acme", "rate": "300/min", "burst": 10, "enabled": true}``.
 ``rate`` and ``burst`` mean what ``tenant add``'s ``--rate`` and ``--burst`` mean (``limit_of``
 reads both): a rate is text such as ``"50/s"`` or a number per second; no rate is unlimited,
-and a burst needs a rate. ``enabled`` is true unless given. Blank lines are skipped. What
+and a burst needs a rate. ``enabled`` is true unless given. ``api_rate``, ``api_burst`` and
+``max_queued`` are the HTTP API's request limit per key and queue cap, as ``tenant set``'s
+``--api-rate``, ``--api-burst`` and ``--max-queued`` (absent: the server's defaults). Blank
+lines are skipped. What
 ``tenant_line`` writes, ``parse_tenant_lines`` reads back to the same tenant, to the last bit.
 """
 
@@ -29,7 +32,7 @@ __all__ = [
     "tenant_line",
 ]
 
-_FIELDS = ("name", "rate", "burst", "enabled")
+_FIELDS = ("name", "rate", "burst", "enabled", "api_rate", "api_burst", "max_queued")
 # Rates written as a whole number per second, minute or hour when one reads back exactly; the
 # bound keeps "1e300/s" from being written out in 301 digits.
 _UNITS = (("s", 1.0), ("min", 60.0), ("h", 3600.0))
@@ -104,7 +107,8 @@ def _spec_of(value: dict[str, Any], line: int) -> TenantSpec:
     unknown = [key for key in value if key not in _FIELDS]
     if unknown:
         raise ConfigError(
-            f"unknown field {unknown[0][:40]!r}; a line has name, rate, burst and enabled."
+            f"unknown field {unknown[0][:40]!r}; a line has name, rate, burst, enabled, "
+            "api_rate, api_burst and max_queued."
         )
     name = value.get("name")
     if not isinstance(name, str):
@@ -112,7 +116,38 @@ def _spec_of(value: dict[str, Any], line: int) -> TenantSpec:
     enabled = value.get("enabled", True)
     if not isinstance(enabled, bool):
         raise ConfigError("'enabled' must be true or false.")
-    return TenantSpec(name, _limit(value.get("rate"), value.get("burst")), enabled, line)
+    return TenantSpec(
+        name,
+        _limit(value.get("rate"), value.get("burst")),
+        enabled,
+        line,
+        _api_limit(value.get("api_rate"), value.get("api_burst")),
+        _max_queued(value.get("max_queued")),
+    )
+
+
+def _api_limit(rate: object, burst: object) -> Limit | None:
+    """A line's ``api_rate`` and ``api_burst``, read as ``tenant set --api-rate`` reads them
+    (no burst: two seconds' worth); absent: the server's default."""
+    if rate is None:
+        if burst is not None:
+            raise ConfigError("'api_burst' needs 'api_rate' as well.")
+        return None
+    if _is_number(rate):
+        rate = repr(rate)
+    if not isinstance(rate, str):
+        raise ConfigError("'api_rate' must be text such as \"50/s\", or a number.")
+    per_s = limit_of(rate).rate_per_s
+    given = _burst(burst)
+    return limit_of(rate, given if given is not None else max(1.0, 2 * per_s))
+
+
+def _max_queued(value: object) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError("'max_queued' must be a whole number of at least 1.")
+    return value
 
 
 def _limit(rate: object, burst: object) -> Limit | None:
@@ -151,6 +186,11 @@ def tenant_line(tenant: TenantRecord) -> str:
         line["rate"] = rate_text(tenant.limit.rate_per_s)
         line["burst"] = _plain(tenant.limit.burst)
     line["enabled"] = tenant.enabled
+    if tenant.api_limit is not None:
+        line["api_rate"] = rate_text(tenant.api_limit.rate_per_s)
+        line["api_burst"] = _plain(tenant.api_limit.burst)
+    if tenant.max_queued is not None:
+        line["max_queued"] = tenant.max_queued
     return json.dumps(line)
 
 

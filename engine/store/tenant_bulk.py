@@ -30,6 +30,8 @@ class TenantSpec:
     limit: Limit | None = None
     enabled: bool = True
     line: int | None = None
+    api_limit: Limit | None = None  # the HTTP API's request limit per key (None: the default)
+    max_queued: int | None = None  # the HTTP API's queue cap (None: the default)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +93,9 @@ _UPDATE = (
         rate_per_s=sa.bindparam("new_rate_per_s"),
         burst=sa.bindparam("new_burst"),
         enabled=sa.bindparam("new_enabled"),
+        api_rate_per_s=sa.bindparam("new_api_rate_per_s"),
+        api_burst=sa.bindparam("new_api_burst"),
+        max_queued=sa.bindparam("new_max_queued"),
     )
 )
 
@@ -99,7 +104,7 @@ async def write_tenants(
     conn: AsyncConnection, specs: Sequence[TenantSpec], *, update: bool, now: float
 ) -> TenantImport:
     """Add the specs' new tenants and, with ``update``, give the existing ones the spec's
-    limit and enabled flag, in ``conn``'s transaction; the specs were checked
+    limit, enabled flag and HTTP API limits, in ``conn``'s transaction; the specs were checked
     (``check_tenant_specs``). Without ``update`` an existing tenant is refused: ``Conflict``
     naming the first one's line, and nothing written (the caller's transaction rolls back)."""
     ids = await _existing(conn, [spec.name for spec in specs])
@@ -121,11 +126,14 @@ async def write_tenants(
 
 
 def _settings(spec: TenantSpec, prefix: str) -> dict[str, Any]:
-    limit = spec.limit
+    limit, api = spec.limit, spec.api_limit
     return {
         f"{prefix}rate_per_s": None if limit is None else limit.rate_per_s,
         f"{prefix}burst": None if limit is None else limit.burst,
         f"{prefix}enabled": spec.enabled,
+        f"{prefix}api_rate_per_s": None if api is None else api.rate_per_s,
+        f"{prefix}api_burst": None if api is None else api.burst,
+        f"{prefix}max_queued": spec.max_queued,
     }
 
 
