@@ -2,6 +2,7 @@
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 .PHONY: install run demo test lint typecheck contracts pytest bench clean
 
@@ -40,8 +41,11 @@ test: lint typecheck contracts pytest
 
 # Needs Postgres on 127.0.0.1:5432 and Redis on 127.0.0.1:6379 (skipped where absent).
 # Writes docs/benchmarks.md and docs/bench/*.{json,png}; about 20 minutes on 2 cores.
+# bench/http_api.py drives the API with hey, a load generator from the system's packages.
 bench: install
 	$(BIN)/pip install --quiet --group bench -e .
+	command -v hey >/dev/null || $(SUDO) apt-get install -y hey || \
+		{ echo "bench/http_api.py needs hey: install it (apt-get install hey, brew install hey)"; exit 1; }
 	$(BIN)/python bench/report.py
 
 # The packaged app (docs/packaging.md): dist/omnipost/, one folder whose `omnipost` is the CLI

@@ -54,6 +54,7 @@ from urllib.parse import urlsplit
 from engine.core.clock import Clock, SystemClock
 from engine.core.domain import Message, SendResult
 from engine.core.errors import ConfigError
+from engine.providers._http import http_client
 from engine.providers._options import Options, redact
 from engine.providers.base import ProviderConfig
 
@@ -224,14 +225,7 @@ class WebhookProvider:
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
-            import httpx
-
-            self._client = httpx.AsyncClient(
-                verify=True,
-                follow_redirects=False,
-                timeout=self.timeout_s,
-                limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
-            )
+            self._client = http_client(self.timeout_s)
             self._owns_client = True
         return self._client
 

@@ -1,0 +1,23 @@
+"""The HTTP client the HTTP providers (webhook, Twilio) open on their first send: pooled,
+TLS-verifying, following no redirects. httpx is imported here, when a provider first sends, so
+that a command that sends nothing starts without it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["http_client"]
+
+
+def http_client(timeout_s: float) -> httpx.AsyncClient:
+    import httpx
+
+    return httpx.AsyncClient(
+        verify=True,
+        follow_redirects=False,
+        timeout=timeout_s,
+        limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+    )
