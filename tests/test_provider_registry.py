@@ -12,18 +12,21 @@ from engine.providers import (
     BUILTIN_KINDS,
     Provider,
     ProviderConfig,
+    fcm,
     file,
     simulated,
     smtp,
     twilio,
     webhook,
 )
+from tests.test_provider_fcm import ACCOUNT
 
 SECRETS = {
     "signing_key": "s3cr3t-signing",
     "username": "u53r",
     "password": "pa55w0rd",
     "auth_token": "tw1l10-t0k3n",
+    "service_account": ACCOUNT,
 }
 
 
@@ -34,17 +37,19 @@ def valid_config(kind: str, tmp_path: Path) -> ProviderConfig:
         "webhook": {"url": "https://hooks.example.com/in"},
         "smtp": {"host": "smtp.example.com", "from": "me@example.com"},
         "twilio": {"account_sid": "AC" + "0" * 32, "from": "+15550001111"},
+        "fcm": {"project_id": "demo"},
     }[kind]
     secrets = {
         "webhook": {"signing_key": SECRETS["signing_key"]},
         "smtp": {"username": SECRETS["username"], "password": SECRETS["password"]},
         "twilio": {"auth_token": SECRETS["auth_token"]},
+        "fcm": {"service_account": SECRETS["service_account"]},
     }.get(kind, {})
     return ProviderConfig(f"my-{kind}", kind, options, secrets)
 
 
 def test_the_registry_names_the_kinds_by_their_module_kind() -> None:
-    modules = (simulated, file, webhook, smtp, twilio)
+    modules = (simulated, file, webhook, smtp, twilio, fcm)
     assert list(BUILTIN_KINDS) == [module.KIND for module in modules]
     assert set(providers.__all__) >= {"BUILTIN_KINDS", "Provider", "ProviderConfig"}
 

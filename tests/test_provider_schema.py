@@ -19,6 +19,7 @@ from engine import (
     ProviderConfig,
 )
 from tests.cli_support import Cli, assert_one_sentence
+from tests.test_provider_fcm import ACCOUNT
 from tests.ui_support import OFFSCREEN_NOISE, console
 
 PROVIDERS_PAGE = Path(__file__).parents[1] / "docs" / "providers.md"
@@ -29,8 +30,9 @@ MINIMAL = {
     "webhook": {"url": "https://hooks.example.com/in"},
     "smtp": {"host": "smtp.example.com", "from": "me@example.com"},
     "twilio": {"account_sid": "AC" + "0" * 32, "from": "+15550001111"},
+    "fcm": {"project_id": "demo"},
 }
-MINIMAL_SECRETS = {"twilio": {"auth_token": "t"}}
+MINIMAL_SECRETS = {"twilio": {"auth_token": "t"}, "fcm": {"service_account": ACCOUNT}}
 # Options a kind needs one of, none of them required alone.
 EITHER = {"twilio": {"from"}}
 

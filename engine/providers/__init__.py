@@ -10,8 +10,9 @@ docs/providers.md come.
 
 from __future__ import annotations
 
-from engine.providers import file, simulated, smtp, twilio, webhook
+from engine.providers import fcm, file, simulated, smtp, twilio, webhook
 from engine.providers.base import Provider, ProviderConfig, ProviderFactory
+from engine.providers.fcm import FcmProvider
 from engine.providers.file import FileProvider
 from engine.providers.schema import COMMON_OPTIONS, OptionSpec, ProviderKind
 from engine.providers.simulated import SimulatedProvider
@@ -23,6 +24,7 @@ __all__ = [
     "BUILTIN_KINDS",
     "COMMON_OPTIONS",
     "PROVIDER_KINDS",
+    "FcmProvider",
     "FileProvider",
     "OptionSpec",
     "Provider",
@@ -37,7 +39,8 @@ __all__ = [
 ]
 
 PROVIDER_KINDS: dict[str, ProviderKind] = {
-    kind.name: kind for kind in (simulated.SPEC, file.SPEC, webhook.SPEC, smtp.SPEC, twilio.SPEC)
+    kind.name: kind
+    for kind in (simulated.SPEC, file.SPEC, webhook.SPEC, smtp.SPEC, twilio.SPEC, fcm.SPEC)
 }
 BUILTIN_KINDS: dict[str, ProviderFactory] = {
     name: kind.factory for name, kind in PROVIDER_KINDS.items()

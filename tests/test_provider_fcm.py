@@ -1,0 +1,231 @@
+"""The ``fcm`` kind against loopback servers that speak Google's OAuth 2.0 token endpoint (the
+JWT's RS256 signature checked with the service account's public key) and FCM's HTTP v1 send:
+each documented answer maps onto an outcome, the access token is reused, refreshed when it
+expires and after a 401, and the device token and credentials never show."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qs
+
+import pytest
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import padding, rsa
+
+from engine import BUILTIN_KINDS, ConfigError, FakeClock, Message, Outcome, ProviderConfig
+from engine.providers.fcm import FcmProvider
+from tests.servers import Reply, Request, ScriptedServer
+
+KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+EMAIL = "push@demo-project.iam.gserviceaccount.com"
+PEM = KEY.private_bytes(
+    serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+).decode()
+ACCOUNT = json.dumps({"type": "service_account", "client_email": EMAIL, "private_key": PEM})
+SEND = "/v1/projects/demo-project/messages:send"
+DEVICE = "device-token-abc123"
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class Google:
+    """The token endpoint: checks the assertion's signature and claims, hands out tokens."""
+
+    def __init__(self, server_url: str = "", lifetime_s: int = 3600) -> None:
+        self.issued: list[str] = []
+        self.lifetime_s = lifetime_s
+        self.audience = server_url
+
+    def token(self, request: Request) -> Reply:
+        form = {k: v[0] for k, v in parse_qs(request.body.decode()).items()}
+        assert form["grant_type"] == "urn:ietf:params:oauth:grant-type:jwt-bearer"
+        head, claims, signature = form["assertion"].split(".")
+        try:
+            KEY.public_key().verify(
+                _unb64(signature), f"{head}.{claims}".encode(), padding.PKCS1v15(), hashes.SHA256()
+            )
+        except InvalidSignature:
+            return Reply(400, {}, b'{"error": "invalid_grant"}')
+        said = json.loads(_unb64(claims))
+        assert json.loads(_unb64(head)) == {"alg": "RS256", "typ": "JWT"}
+        assert said["iss"] == EMAIL and said["aud"] == self.audience
+        assert said["scope"] == "https://www.googleapis.com/auth/firebase.messaging"
+        assert said["exp"] - said["iat"] == 3600
+        token = f"ya29.token-{len(self.issued)}"
+        self.issued.append(token)
+        body = {"access_token": token, "expires_in": self.lifetime_s, "token_type": "Bearer"}
+        return Reply(200, {"Content-Type": "application/json"}, json.dumps(body).encode())
+
+
+def fcm_send(google: Google, answer: Reply | None = None) -> Callable[[Request], Reply]:
+    def send(request: Request) -> Reply:
+        if request.headers.get("authorization") != f"Bearer {google.issued[-1]}":
+            return _error(401, "UNAUTHENTICATED", None, "invalid token")
+        if answer is not None:
+            return answer
+        message = request.json()["message"]
+        assert message["token"] == DEVICE
+        body = {"name": "projects/demo-project/messages/0:1234"}
+        return Reply(200, {"Content-Type": "application/json"}, json.dumps(body).encode())
+
+    return send
+
+
+def _error(status: int, state: str, code: str | None, text: str, **headers: str) -> Reply:
+    error: dict[str, Any] = {"code": status, "message": text, "status": state}
+    if code:
+        error["details"] = [
+            {"@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": code}
+        ]
+    body = json.dumps({"error": error}).encode()
+    return Reply(status, {"Content-Type": "application/json", **headers}, body)
+
+
+def _provider(server: ScriptedServer, clock: FakeClock | None = None) -> FcmProvider:
+    config = ProviderConfig(
+        "push",
+        "fcm",
+        {
+            "project_id": "demo-project",
+            "base_url": server.url(""),
+            "token_url": server.url("/token"),
+        },
+        {"service_account": ACCOUNT},
+    )
+    built = BUILTIN_KINDS["fcm"](config)
+    assert isinstance(built, FcmProvider)
+    if clock is not None:
+        built._clock = clock
+    return built
+
+
+def _message(payload: dict[str, Any] | None = None) -> Message:
+    return Message(1, "acme", "push", DEVICE, payload or {"title": "Hi", "body": "there"}, "k", 1)
+
+
+async def test_sends_with_a_token_it_reuses_and_refreshes_when_it_expires() -> None:
+    google = Google(lifetime_s=120)
+    clock = FakeClock()
+    async with ScriptedServer({"/token": [google.token], SEND: [fcm_send(google)]}) as server:
+        google.audience = server.url("/token")
+        provider = _provider(server, clock)
+        try:
+            first = await provider.send(_message())
+            second = await provider.send(_message({"data": {"order": "42"}}))
+            clock.advance(61)  # within a minute of its end: fetched again
+            third = await provider.send(_message())
+        finally:
+            await provider.aclose()
+    assert [r.outcome for r in (first, second, third)] == [Outcome.DELIVERED] * 3
+    assert "0:1234" in first.detail
+    assert len(google.issued) == 2
+    sent = [r.json()["message"] for r in server.seen(SEND)]
+    assert sent[0] == {"token": DEVICE, "notification": {"title": "Hi", "body": "there"}}
+    assert sent[1] == {"token": DEVICE, "data": {"order": "42"}}
+
+
+async def test_a_401_fetches_a_new_token_and_sends_once_more() -> None:
+    google = Google()
+    rejected = {"n": 0}
+    ok = fcm_send(google)
+
+    def send(request: Request) -> Reply:
+        rejected["n"] += 1
+        if rejected["n"] == 1:  # the first token was revoked
+            return _error(401, "UNAUTHENTICATED", None, "token revoked")
+        return ok(request)
+
+    async with ScriptedServer({"/token": [google.token], SEND: [send]}) as server:
+        google.audience = server.url("/token")
+        provider = _provider(server)
+        try:
+            result = await provider.send(_message())
+        finally:
+            await provider.aclose()
+    assert result.outcome is Outcome.DELIVERED and len(google.issued) == 2
+
+
+@pytest.mark.parametrize(
+    ("reply", "outcome", "fault"),
+    [
+        (_error(404, "NOT_FOUND", "UNREGISTERED", f"{DEVICE} is gone"), Outcome.PERMANENT, False),
+        (
+            _error(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "bad token"),
+            Outcome.PERMANENT,
+            False,
+        ),
+        (
+            _error(
+                429, "RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED", "slow down", **{"Retry-After": "9"}
+            ),
+            Outcome.THROTTLED,
+            False,
+        ),
+        (_error(503, "UNAVAILABLE", "UNAVAILABLE", "try later"), Outcome.TRANSIENT, True),
+        (_error(500, "INTERNAL", "INTERNAL", "oops"), Outcome.TRANSIENT, True),
+        (
+            _error(403, "PERMISSION_DENIED", "SENDER_ID_MISMATCH", "wrong sender"),
+            Outcome.UNAVAILABLE,
+            True,
+        ),
+    ],
+)
+async def test_each_answer_maps_onto_an_outcome(
+    reply: Reply, outcome: Outcome, fault: bool
+) -> None:
+    google = Google()
+    async with ScriptedServer(
+        {"/token": [google.token], SEND: [fcm_send(google, reply)]}
+    ) as server:
+        google.audience = server.url("/token")
+        provider = _provider(server)
+        try:
+            result = await provider.send(_message())
+        finally:
+            await provider.aclose()
+    assert result.outcome is outcome, result
+    assert result.is_provider_fault is fault
+    assert DEVICE not in result.detail and "ya29" not in result.detail
+    if outcome is Outcome.THROTTLED:
+        assert result.retry_after_s == 9.0
+
+
+async def test_a_token_endpoint_that_refuses_makes_the_provider_unavailable() -> None:
+    async with ScriptedServer(
+        {"/token": [Reply(400, {}, b'{"error": "invalid_grant"}')]}
+    ) as server:
+        provider = _provider(server)
+        try:
+            result = await provider.send(_message())
+            bad = await provider.send(_message({"data": {"n": 1}}))
+        finally:
+            await provider.aclose()
+    assert result.outcome is Outcome.UNAVAILABLE and "invalid_grant" in result.detail
+    assert bad.outcome is Outcome.PERMANENT and "strings" in bad.detail
+
+
+@pytest.mark.parametrize(
+    ("account", "words"),
+    [
+        ("not json", "not a service account"),
+        (json.dumps({"client_email": EMAIL}), "lacks client_email or private_key"),
+        (json.dumps({"client_email": EMAIL, "private_key": "-----BEGIN nope"}), "cannot be read"),
+    ],
+)
+def test_a_bad_service_account_is_one_sentence(account: str, words: str) -> None:
+    config = ProviderConfig("push", "fcm", {"project_id": "p"}, {"service_account": account})
+    with pytest.raises(ConfigError) as refused:
+        BUILTIN_KINDS["fcm"](config)
+    assert words in refused.value.message and "BEGIN" not in refused.value.message
+
+
+def test_the_key_never_shows() -> None:
+    config = ProviderConfig("push", "fcm", {"project_id": "p"}, {"service_account": ACCOUNT})
+    provider = BUILTIN_KINDS["fcm"](config)
+    assert "PRIVATE" not in repr(provider) and EMAIL not in repr(provider)
