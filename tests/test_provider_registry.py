@@ -12,6 +12,7 @@ from engine.providers import (
     BUILTIN_KINDS,
     Provider,
     ProviderConfig,
+    apns,
     fcm,
     file,
     simulated,
@@ -19,6 +20,7 @@ from engine.providers import (
     twilio,
     webhook,
 )
+from tests.test_provider_apns import PEM as P8
 from tests.test_provider_fcm import ACCOUNT
 
 SECRETS = {
@@ -27,6 +29,7 @@ SECRETS = {
     "password": "pa55w0rd",
     "auth_token": "tw1l10-t0k3n",
     "service_account": ACCOUNT,
+    "signing_key_p8": P8,
 }
 
 
@@ -38,18 +41,20 @@ def valid_config(kind: str, tmp_path: Path) -> ProviderConfig:
         "smtp": {"host": "smtp.example.com", "from": "me@example.com"},
         "twilio": {"account_sid": "AC" + "0" * 32, "from": "+15550001111"},
         "fcm": {"project_id": "demo"},
+        "apns": {"team_id": "TEAM123456", "key_id": "KEYID12345", "topic": "com.example.app"},
     }[kind]
     secrets = {
         "webhook": {"signing_key": SECRETS["signing_key"]},
         "smtp": {"username": SECRETS["username"], "password": SECRETS["password"]},
         "twilio": {"auth_token": SECRETS["auth_token"]},
         "fcm": {"service_account": SECRETS["service_account"]},
+        "apns": {"signing_key": SECRETS["signing_key_p8"]},
     }.get(kind, {})
     return ProviderConfig(f"my-{kind}", kind, options, secrets)
 
 
 def test_the_registry_names_the_kinds_by_their_module_kind() -> None:
-    modules = (simulated, file, webhook, smtp, twilio, fcm)
+    modules = (simulated, file, webhook, smtp, twilio, fcm, apns)
     assert list(BUILTIN_KINDS) == [module.KIND for module in modules]
     assert set(providers.__all__) >= {"BUILTIN_KINDS", "Provider", "ProviderConfig"}
 

@@ -19,6 +19,7 @@ from engine import (
     ProviderConfig,
 )
 from tests.cli_support import Cli, assert_one_sentence
+from tests.test_provider_apns import PEM as P8
 from tests.test_provider_fcm import ACCOUNT
 from tests.ui_support import OFFSCREEN_NOISE, console
 
@@ -31,8 +32,13 @@ MINIMAL = {
     "smtp": {"host": "smtp.example.com", "from": "me@example.com"},
     "twilio": {"account_sid": "AC" + "0" * 32, "from": "+15550001111"},
     "fcm": {"project_id": "demo"},
+    "apns": {"team_id": "TEAM123456", "key_id": "KEYID12345", "topic": "com.example.app"},
 }
-MINIMAL_SECRETS = {"twilio": {"auth_token": "t"}, "fcm": {"service_account": ACCOUNT}}
+MINIMAL_SECRETS = {
+    "twilio": {"auth_token": "t"},
+    "fcm": {"service_account": ACCOUNT},
+    "apns": {"signing_key": P8},
+}
 # Options a kind needs one of, none of them required alone.
 EITHER = {"twilio": {"from"}}
 

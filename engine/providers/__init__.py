@@ -10,7 +10,7 @@ docs/providers.md come.
 
 from __future__ import annotations
 
-from engine.providers import fcm, file, simulated, smtp, twilio, webhook
+from engine.providers import apns, fcm, file, simulated, smtp, twilio, webhook
 from engine.providers.base import Provider, ProviderConfig, ProviderFactory
 from engine.providers.fcm import FcmProvider
 from engine.providers.file import FileProvider
@@ -40,7 +40,15 @@ __all__ = [
 
 PROVIDER_KINDS: dict[str, ProviderKind] = {
     kind.name: kind
-    for kind in (simulated.SPEC, file.SPEC, webhook.SPEC, smtp.SPEC, twilio.SPEC, fcm.SPEC)
+    for kind in (
+        simulated.SPEC,
+        file.SPEC,
+        webhook.SPEC,
+        smtp.SPEC,
+        twilio.SPEC,
+        fcm.SPEC,
+        apns.SPEC,
+    )
 }
 BUILTIN_KINDS: dict[str, ProviderFactory] = {
     name: kind.factory for name, kind in PROVIDER_KINDS.items()
