@@ -16,6 +16,7 @@ import _sections as sections
 import jinja2
 from _api_section import api as api_section
 from _console_section import console as console_section
+from _providers_section import providers as providers_section
 from _sections import Data
 from _startup_section import startup as startup_section
 from _tenants_section import tenants as tenants_section
@@ -68,6 +69,7 @@ def render(
         tenants=section("tenants", tenants_section),
         startup=section("startup", startup_section),
         api=section("http_api", api_section),
+        providers=section("providers", providers_section),
         micro=sections.micro(data.get("bucket"), data.get("redis_limiter")),
     )
     return reflow(page)
