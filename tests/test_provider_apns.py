@@ -24,9 +24,19 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 from cryptography.x509.oid import NameOID
 
-from engine import BUILTIN_KINDS, ConfigError, FakeClock, Message, Outcome, ProviderConfig
+from engine import (
+    BUILTIN_KINDS,
+    ConfigError,
+    FakeClock,
+    Message,
+    NotificationState,
+    Outcome,
+    ProviderConfig,
+    Store,
+)
 from engine.providers.apns import ApnsProvider
 from tests.redis_server import free_port
+from tests.servers import fast_engine
 
 KEY = ec.generate_private_key(ec.SECP256R1())
 PEM = KEY.private_bytes(
@@ -133,7 +143,7 @@ def _certificate(folder: Path) -> tuple[Path, Path]:
 
 
 @asynccontextmanager
-async def serving(apple: Apple, folder: Path) -> AsyncIterator[tuple[str, Path]]:
+async def serving(apple: Any, folder: Path) -> AsyncIterator[tuple[str, Path]]:
     from hypercorn.asyncio import serve
     from hypercorn.config import Config
 
@@ -145,7 +155,7 @@ async def serving(apple: Apple, folder: Path) -> AsyncIterator[tuple[str, Path]]
     config.alpn_protocols = ["h2"]
     config.loglevel = "ERROR"
     stop = asyncio.Event()
-    task = asyncio.ensure_future(serve(apple, config, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
+    task = asyncio.ensure_future(serve(apple, config, shutdown_trigger=stop.wait))
     await asyncio.sleep(0.3)
     try:
         yield f"https://127.0.0.1:{port}", cert
@@ -271,3 +281,40 @@ def test_bad_options_are_one_sentence(options: dict[str, str], secret: str, word
     with pytest.raises(ConfigError) as refused:
         BUILTIN_KINDS["apns"](ProviderConfig("ios", "apns", base, {"signing_key": secret}))
     assert words in refused.value.message and "PRIVATE" not in refused.value.message
+
+
+async def test_pushes_go_through_an_engine(store: Store, tmp_path: Path) -> None:
+    """Through a dispatching engine on each store: delivered over HTTP/2, an unregistered
+    device dead, a throttle spending no attempt."""
+    apple = Apple([(429, {"reason": "TooManyRequests"})])
+    gone = "f" * 64
+
+    async def answer(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("path", "").endswith(gone):
+            apple.answers.insert(0, (410, {"reason": "Unregistered"}))
+        await apple(scope, receive, send)
+
+    async with (
+        serving(answer, tmp_path) as (url, ca),
+        fast_engine(store, concurrency=2, max_attempts=3) as engine,
+    ):
+        await engine.add_tenant("acme")
+        options = {
+            "team_id": TEAM,
+            "key_id": KEY_ID,
+            "topic": TOPIC,
+            "base_url": url,
+            "ca_file": str(ca),
+        }
+        await engine.add_provider("ios", "apns", options=options, secrets={"signing_key": PEM})
+        for n in range(3):
+            await engine.enqueue("acme", "ios", f"{n:064x}", {"title": f"hi {n}"})
+        dead_one = await engine.enqueue("acme", "ios", gone, {"title": "bye"})
+        await engine.start()
+        assert await engine.run_until_empty(timeout_s=30)
+        delivered = await engine.notifications("acme", state=NotificationState.DELIVERED)
+        dead = await engine.dead("acme")
+    assert len(delivered) == 3 and all(v.failures == 0 for v in delivered)
+    assert [view.id for _, view in dead] == [dead_one.id]
+    assert "Unregistered" in (dead[0][1].last_error or "")
+    assert {s["version"] for s in apple.seen} == {"2"}

@@ -16,9 +16,18 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-from engine import BUILTIN_KINDS, ConfigError, FakeClock, Message, Outcome, ProviderConfig
+from engine import (
+    BUILTIN_KINDS,
+    ConfigError,
+    FakeClock,
+    Message,
+    NotificationState,
+    Outcome,
+    ProviderConfig,
+    Store,
+)
 from engine.providers.fcm import FcmProvider
-from tests.servers import Reply, Request, ScriptedServer
+from tests.servers import Reply, Request, ScriptedServer, fast_engine
 
 KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 EMAIL = "push@demo-project.iam.gserviceaccount.com"
@@ -229,3 +238,42 @@ def test_the_key_never_shows() -> None:
     config = ProviderConfig("push", "fcm", {"project_id": "p"}, {"service_account": ACCOUNT})
     provider = BUILTIN_KINDS["fcm"](config)
     assert "PRIVATE" not in repr(provider) and EMAIL not in repr(provider)
+
+
+async def test_pushes_go_through_an_engine(store: Store) -> None:
+    """Through a dispatching engine on each store: delivered, and an unregistered device dead."""
+    google = Google()
+    ok = fcm_send(google)
+
+    def send(request: Request) -> Reply:
+        if request.json()["message"]["token"] == "gone-device":
+            return _error(404, "NOT_FOUND", "UNREGISTERED", "gone")
+        return ok(request)
+
+    async with (
+        ScriptedServer({"/token": [google.token], SEND: [send]}) as server,
+        fast_engine(store, concurrency=4, max_attempts=3) as engine,
+    ):
+        google.audience = server.url("/token")
+        await engine.add_tenant("acme")
+        options = {
+            "project_id": "demo-project",
+            "base_url": server.url(""),
+            "token_url": server.url("/token"),
+        }
+        await engine.add_provider(
+            "push", "fcm", options=options, secrets={"service_account": ACCOUNT}
+        )
+        for n in range(4):
+            await engine.enqueue("acme", "push", DEVICE, {"title": f"hi {n}"})
+        gone = await engine.enqueue("acme", "push", "gone-device", {"title": "bye"})
+        await engine.start()
+        assert await engine.run_until_empty(timeout_s=30)
+        delivered = await engine.notifications("acme", state=NotificationState.DELIVERED)
+        dead = await engine.dead("acme")
+    assert len(delivered) == 4
+    assert [view.id for _, view in dead] == [gone.id]
+    assert "UNREGISTERED" in (dead[0][1].last_error or "") and "gone-device" not in (
+        dead[0][1].last_error or ""
+    )
+    assert len(google.issued) == 1  # one token for every send

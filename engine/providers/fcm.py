@@ -32,6 +32,7 @@ Answers (https://firebase.google.com/docs/reference/fcm/rest/v1/ErrorCode)
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from typing import TYPE_CHECKING, Any, Self
@@ -135,6 +136,7 @@ class FcmProvider:
         self._clock = clock or SystemClock()
         self._token: str | None = None
         self._token_until = 0.0
+        self._token_lock: asyncio.Lock | None = None  # made in the loop of the first send
         self.tokens_fetched = 0
 
     @classmethod
@@ -162,10 +164,22 @@ class FcmProvider:
         return self._client
 
     async def _access_token(self, *, fresh: bool = False) -> str | SendResult:
-        """A live access token, or the outcome that stands for not getting one."""
+        """A live access token, or the outcome that stands for not getting one. One fetch at a
+        time: the sends that find no token wait for the one fetch, and share its token."""
+        stale = self._token
+        if not fresh and stale is not None and self._clock.wall() < self._token_until:
+            return stale
+        if self._token_lock is None:
+            self._token_lock = asyncio.Lock()
+        async with self._token_lock:
+            if self._token is not None and self._token != stale:
+                return self._token  # fetched by another send while this one waited
+            if not fresh and self._token is not None and self._clock.wall() < self._token_until:
+                return self._token
+            return await self._fetch_token()
+
+    async def _fetch_token(self) -> str | SendResult:
         now = self._clock.wall()
-        if not fresh and self._token is not None and now < self._token_until:
-            return self._token
         import httpx
 
         assertion = jwt_assertion(self._key, self.client_email, self.token_url, now)
