@@ -4,12 +4,12 @@ that a command that sends nothing starts without it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["http_client"]
+__all__ = ["http_client", "json_object"]
 
 
 def http_client(timeout_s: float) -> httpx.AsyncClient:
@@ -21,3 +21,12 @@ def http_client(timeout_s: float) -> httpx.AsyncClient:
         timeout=timeout_s,
         limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
     )
+
+
+def json_object(response: httpx.Response) -> dict[str, Any]:
+    """The answer's JSON object, or ``{}`` when it is not one (an HTML error page, nothing)."""
+    try:
+        found = response.json()
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}

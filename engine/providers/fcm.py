@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 from engine.core.clock import Clock, SystemClock
 from engine.core.domain import Message, SendResult
 from engine.core.errors import ConfigError
-from engine.providers._http import http_client
+from engine.providers._http import http_client, json_object
 from engine.providers._options import redact
 from engine.providers.base import ProviderConfig
 from engine.providers.schema import OptionSpec, ProviderKind
@@ -192,7 +192,7 @@ class FcmProvider:
             )
         except httpx.HTTPError as exc:
             return SendResult.unavailable(f"the token endpoint failed: {type(exc).__name__}")
-        answer = _json(response)
+        answer = json_object(response)
         token, lifetime = answer.get("access_token"), answer.get("expires_in", 3600)
         if response.status_code != 200 or not isinstance(token, str):
             error = answer.get("error_description") or answer.get("error") or ""
@@ -267,7 +267,7 @@ class FcmProvider:
 
     def _result(self, response: httpx.Response, recipient: str) -> SendResult:
         status = response.status_code
-        answer = _json(response)
+        answer = json_object(response)
         if 200 <= status < 300:
             name = answer.get("name")
             return SendResult.delivered(
@@ -304,14 +304,6 @@ def _fcm_code(error: dict[str, Any]) -> str | None:
         if isinstance(detail, dict) and isinstance(detail.get("errorCode"), str):
             return str(detail["errorCode"])
     return None
-
-
-def _json(response: httpx.Response) -> dict[str, Any]:
-    try:
-        found = response.json()
-    except ValueError:
-        return {}
-    return found if isinstance(found, dict) else {}
 
 
 OPTIONS = (

@@ -28,12 +28,12 @@ Answers (https://www.twilio.com/docs/api/errors)
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Self
 from urllib.parse import urlsplit
 
 from engine.core.clock import Clock, SystemClock
 from engine.core.domain import Message, SendResult
-from engine.providers._http import http_client
+from engine.providers._http import http_client, json_object
 from engine.providers._options import redact
 from engine.providers.base import ProviderConfig
 from engine.providers.schema import OptionSpec, ProviderKind
@@ -153,7 +153,7 @@ class TwilioProvider:
 
     def _result(self, response: httpx.Response, recipient: str, now: float) -> SendResult:
         status = response.status_code
-        answer = _json(response)
+        answer = json_object(response)
         code = answer.get("code")
         said = redact(str(answer.get("message") or ""), recipient)
         said = said.replace(self._auth_token, "***") if self._auth_token else said
@@ -185,14 +185,6 @@ class TwilioProvider:
         return (
             f"TwilioProvider(name={self.name!r}, account_sid={self.account_sid!r}, from={sender!r})"
         )
-
-
-def _json(response: httpx.Response) -> dict[str, Any]:
-    try:
-        found = response.json()
-    except ValueError:
-        return {}
-    return found if isinstance(found, dict) else {}
 
 
 OPTIONS = (
