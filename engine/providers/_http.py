@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from engine.core.domain import SendResult
+from engine.providers._options import redact
+
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["http_client", "json_object"]
+__all__ = ["http_client", "json_object", "request_failed"]
 
 
 def http_client(timeout_s: float) -> httpx.AsyncClient:
@@ -30,3 +33,16 @@ def json_object(response: httpx.Response) -> dict[str, Any]:
     except ValueError:
         return {}
     return found if isinstance(found, dict) else {}
+
+
+def request_failed(exc: Exception, recipient: str, service: str, timeout_s: float) -> SendResult:
+    """The outcome of a request httpx could not complete: no answer in time, no connection (TLS,
+    DNS, a broken answer) unavailable; anything else transient. Never names the recipient."""
+    import httpx
+
+    if isinstance(exc, httpx.TimeoutException):
+        return SendResult.unavailable(f"{service} gave no answer within {timeout_s:g} s")
+    reason = redact(str(exc), recipient) or "no reason given"
+    if isinstance(exc, httpx.TransportError):
+        return SendResult.unavailable(f"{type(exc).__name__}: {reason}")
+    return SendResult.transient(f"{type(exc).__name__}: {reason}")

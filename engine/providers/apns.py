@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 from engine.core.clock import Clock, SystemClock
 from engine.core.domain import Message, SendResult
 from engine.core.errors import ConfigError
-from engine.providers._options import redact
+from engine.providers._http import request_failed
 from engine.providers.base import ProviderConfig
 from engine.providers.schema import OptionSpec, ProviderKind
 from engine.providers.webhook import parse_retry_after
@@ -224,15 +224,8 @@ class ApnsProvider:
         url = f"{self.base_url}/3/device/{message.recipient}"
         try:
             response = await self._http().post(url, content=body, headers=headers)
-        except httpx.TimeoutException:
-            return SendResult.unavailable(f"APNs gave no answer within {self.timeout_s:g} s")
-        except httpx.TransportError as exc:
-            reason = redact(str(exc), message.recipient) or "no reason given"
-            return SendResult.unavailable(f"{type(exc).__name__}: {reason}")
         except httpx.HTTPError as exc:
-            return SendResult.transient(
-                f"{type(exc).__name__}: {redact(str(exc), message.recipient)}"
-            )
+            return request_failed(exc, message.recipient, "APNs", self.timeout_s)
         return self._result(response)
 
     def _result(self, response: httpx.Response) -> SendResult:

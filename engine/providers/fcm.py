@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 from engine.core.clock import Clock, SystemClock
 from engine.core.domain import Message, SendResult
 from engine.core.errors import ConfigError
-from engine.providers._http import http_client, json_object
+from engine.providers._http import http_client, json_object, request_failed
 from engine.providers._options import redact
 from engine.providers.base import ProviderConfig
 from engine.providers.schema import OptionSpec, ProviderKind
@@ -255,15 +255,8 @@ class FcmProvider:
                 headers={"Authorization": f"Bearer {token}", "User-Agent": user_agent()},
                 timeout=self.timeout_s,
             )
-        except httpx.TimeoutException:
-            return SendResult.unavailable(f"FCM gave no answer within {self.timeout_s:g} s")
-        except httpx.TransportError as exc:
-            reason = redact(str(exc), message.recipient) or "no reason given"
-            return SendResult.unavailable(f"{type(exc).__name__}: {reason}")
         except httpx.HTTPError as exc:
-            return SendResult.transient(
-                f"{type(exc).__name__}: {redact(str(exc), message.recipient)}"
-            )
+            return request_failed(exc, message.recipient, "FCM", self.timeout_s)
 
     def _result(self, response: httpx.Response, recipient: str) -> SendResult:
         status = response.status_code

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 from engine.core.clock import Clock, SystemClock
 from engine.core.domain import Message, SendResult
-from engine.providers._http import http_client, json_object
+from engine.providers._http import http_client, json_object, request_failed
 from engine.providers._options import redact
 from engine.providers.base import ProviderConfig
 from engine.providers.schema import OptionSpec, ProviderKind
@@ -140,15 +140,8 @@ class TwilioProvider:
                 auth=httpx.BasicAuth(self.account_sid, self._auth_token),
                 timeout=self.timeout_s,
             )
-        except httpx.TimeoutException:
-            return SendResult.unavailable(f"Twilio gave no answer within {self.timeout_s:g} s")
-        except httpx.TransportError as exc:
-            reason = redact(str(exc), message.recipient) or "no reason given"
-            return SendResult.unavailable(f"{type(exc).__name__}: {reason}")
         except httpx.HTTPError as exc:
-            return SendResult.transient(
-                f"{type(exc).__name__}: {redact(str(exc), message.recipient)}"
-            )
+            return request_failed(exc, message.recipient, "Twilio", self.timeout_s)
         return self._result(response, message.recipient, now)
 
     def _result(self, response: httpx.Response, recipient: str, now: float) -> SendResult:
