@@ -8,6 +8,8 @@ answer without the store, the engine or the providers.
 
 from __future__ import annotations
 
+import atexit
+import gc
 import logging
 import os
 import sys
@@ -22,6 +24,8 @@ EXIT_FAILURE = 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    atexit.unregister(_freeze_at_exit)  # registered once, however often main runs
+    atexit.register(_freeze_at_exit)
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
@@ -43,6 +47,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `omnipost stats | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_FAILURE
+
+
+def _freeze_at_exit() -> None:
+    """Spare the interpreter's shutdown its garbage collections over every object the
+    command's imports made (SQLAlchemy's alone make it 0.05 s of a store command's 0.45 s):
+    what is garbage now is collected and finalized as the shutdown would have; what is still
+    referenced is frozen, out of the collector's sight, and left to the operating system, as
+    Python never promises to finalize objects that still exist at exit."""
+    gc.collect()
+    gc.freeze()
 
 
 if __name__ == "__main__":  # pragma: no cover
