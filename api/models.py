@@ -28,7 +28,7 @@ __all__ = [
 
 MAX_BATCH = 1000
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"  # tenant and provider names, as the engine's
-StateName = Literal["queued", "leased", "delivered", "dead", "cancelled"]
+StateName = Literal["queued", "leased", "delivered", "dead", "cancelled", "suppressed"]
 
 
 def _text(value: str) -> str:

@@ -202,7 +202,7 @@ async def _queue(
         for index, item in enumerate(items)
     ]
     results = await door.coalescer.enqueue(caller.tenant, rows)
-    door.added(caller.tenant, sum(not r.duplicate for r in results))
+    door.added(caller.tenant, sum(not (r.duplicate or r.suppressed) for r in results))
     answers = [
         await _queued(door, caller, item, result)
         for item, result in zip(items, results, strict=True)
@@ -214,7 +214,9 @@ async def _queued(
     door: Door, caller: Caller, item: NewNotification, result: EnqueueResult
 ) -> dict[str, Any]:
     """One item's answer, as ``Queued`` describes it."""
-    if not result.duplicate:
+    if result.suppressed:  # its recipient is on the tenant's suppression list
+        state = NotificationState.SUPPRESSED.value
+    elif not result.duplicate:
         state = _QUEUED
     else:
         state = (await door.engine.notification(caller.tenant, result.id)).state.value

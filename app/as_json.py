@@ -20,6 +20,7 @@ from engine import (
     PruneReport,
     Retention,
     StoreSize,
+    SuppressionRecord,
     TenantDepth,
     TenantImport,
     TenantRecord,
@@ -44,6 +45,7 @@ __all__ = [
     "prune_json",
     "retention_json",
     "size_json",
+    "suppression_json",
     "tenant_json",
     "worker_json",
 ]
@@ -53,6 +55,11 @@ JsonObject = dict[str, Any]
 
 def _fields(record: DataclassInstance, *, drop: Collection[str] = ()) -> JsonObject:
     return {k: v for k, v in dataclasses.asdict(record).items() if k not in drop}
+
+
+def suppression_json(record: SuppressionRecord) -> JsonObject:
+    """A suppressed recipient as listings show it: masked (the record holds no other form)."""
+    return _fields(record)
 
 
 def apikey_json(record: ApiKeyRecord) -> JsonObject:

@@ -276,6 +276,15 @@ _COMMANDS: dict[str, Command] = {
     ),
     "apikey list": lambda a, ctx: commands.apikeys.apikey_list(ctx, a.tenant, as_json=a.json),
     "apikey revoke": lambda a, ctx: commands.apikeys.apikey_revoke(ctx, a.id),
+    "suppression list": lambda a, ctx: commands.suppression.suppression_list(
+        ctx, a.tenant, provider=a.provider, limit=a.limit, before=a.before, as_json=a.json
+    ),
+    "suppression add": lambda a, ctx: commands.suppression.suppression_add(
+        ctx, a.tenant, a.provider, a.recipients, path=a.file, reason=a.reason
+    ),
+    "suppression remove": lambda a, ctx: commands.suppression.suppression_remove(
+        ctx, a.tenant, a.provider, a.recipient
+    ),
 }
 
 

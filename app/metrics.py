@@ -75,7 +75,7 @@ _OUTCOME_HELP = {
     "dead": "Notifications given up on (a permanent failure, or out of attempts)",
     "held": "Sends the provider could not take (unavailable), queued again unspent by its circuit",
 }
-_DEPTH_STATES = ("queued", "leased", "delivered", "dead", "cancelled")
+_DEPTH_STATES = ("queued", "leased", "delivered", "dead", "cancelled", "suppressed")
 # Pairs with series of their own: the first to send since the worker started (a fixed set once
 # full, so no series comes and goes); every later pair is summed per provider under OTHERS, a
 # name no tenant can have. A scrape stays a few thousand series at any number of tenants.
@@ -129,7 +129,19 @@ def _outcomes(snap: Snapshot) -> Iterator[Metric]:
         "Tokens taken again because the process was held up too long before their send.",
         value=snap.totals.stale_tokens,
     )
-    yield from (takeovers, reaped, stale)
+    suppressed = CounterMetricFamily(
+        "omnipost_notifications_suppressed",
+        "Notifications enqueued through this process to a recipient on its tenant's "
+        "suppression list: finished without being sent.",
+        value=snap.totals.suppressed,
+    )
+    gone = CounterMetricFamily(
+        "omnipost_recipients_gone",
+        "Sends whose provider answered that the recipient is gone for good (an unregistered "
+        "device, a number that replied STOP): the recipient went on the tenant's suppression list.",
+        value=snap.totals.gone,
+    )
+    yield from (takeovers, reaped, stale, suppressed, gone)
 
 
 def _queue(snap: Snapshot) -> Iterator[Metric]:

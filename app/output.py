@@ -25,9 +25,14 @@ __all__ = [
 # Each retention window: its name on the command line, its field in Retention, what it keeps.
 RETENTION_WINDOWS = (
     ("delivered", "delivered_s", "delivered notifications, counted from delivery"),
-    ("dead", "dead_s", "dead letters and cancelled notifications, counted from when they ended"),
+    (
+        "dead",
+        "dead_s",
+        "dead letters, cancelled and suppressed notifications, counted from when they ended",
+    ),
     ("log", "log_s", "delivery-log rows"),
     ("audit", "audit_s", "audit-log rows"),
+    ("suppressions", "suppressions_s", "suppressed recipients, counted from when they were added"),
 )
 _BYTE_UNITS = ("KiB", "MiB", "GiB", "TiB")
 

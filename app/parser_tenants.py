@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-__all__ = ["apikey_parsers", "limit_args", "tenant_parsers"]
+__all__ = ["apikey_parsers", "limit_args", "suppression_parsers", "tenant_parsers"]
 
 
 def limit_args(p: argparse.ArgumentParser) -> None:
@@ -94,3 +94,36 @@ def apikey_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true")
     p = apikey.add_parser("revoke", parents=[common], help="revoke a key for good")
     p.add_argument("id", type=int, metavar="ID")
+
+
+def suppression_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``omnipost suppression list|add|remove``: a tenant's suppressed recipients."""
+    parent = sub.add_parser(
+        "suppression", help="recipients nothing is sent to (gone, per the provider, or added)"
+    )
+    action = parent.add_subparsers(dest="action", metavar="ACTION", parser_class=type(parent))
+    action.required = True
+    p = action.add_parser(
+        "list", parents=[common], help="a tenant's suppressed recipients (masked), newest first"
+    )
+    p.add_argument("tenant")
+    p.add_argument("--provider", help="only this provider's")
+    p.add_argument(
+        "--limit", type=int, default=100, help="how many to list (1 to 1000, default 100)"
+    )
+    p.add_argument("--before", type=int, metavar="ID", help="those older than this id (a page)")
+    p.add_argument("--json", action="store_true")
+    p = action.add_parser(
+        "add", parents=[common], help="suppress recipients of a tenant for a provider"
+    )
+    p.add_argument("tenant")
+    p.add_argument("provider")
+    p.add_argument("recipients", nargs="*", metavar="RECIPIENT")
+    p.add_argument(
+        "--file", metavar="FILE", help="also the recipients of FILE, one a line (- : stdin)"
+    )
+    p.add_argument("--reason", default="", help="why (shown in listings)")
+    p = action.add_parser("remove", parents=[common], help="send to a suppressed recipient again")
+    p.add_argument("tenant")
+    p.add_argument("provider")
+    p.add_argument("recipient")

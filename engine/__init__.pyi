@@ -4,6 +4,7 @@ the module this stub names, on first use: see there)."""
 from .api.apikeys import API_KEY_SCOPES, parse_scope
 from .api.front import TenantLimits
 from .api.plan import MAX_PLANNED
+from .api.suppressions import MAX_SUPPRESSION_PAGE
 from .api.tenant_lines import (
     load_json,
     parse_tenant_lines,
@@ -118,6 +119,7 @@ from .store import (
     RequestClaim,
     Store,
     StoreSize,
+    SuppressionRecord,
     TenantImport,
     TenantRecord,
     TenantSpec,
@@ -151,6 +153,7 @@ __all__ = [
     "MASKED_VALUE",
     "MAX_KEY_CHARS",
     "MAX_PLANNED",
+    "MAX_SUPPRESSION_PAGE",
     "PROVIDER_KINDS",
     "UNSET",
     "ApiKeyRecord",
@@ -217,6 +220,7 @@ __all__ = [
     "StoreError",
     "StoreSize",
     "StoreUnavailable",
+    "SuppressionRecord",
     "SystemClock",
     "TableRotation",
     "TenantDepth",

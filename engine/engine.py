@@ -32,6 +32,7 @@ from engine.api.notifications import NotificationsApi
 from engine.api.parts import EngineSettings
 from engine.api.plan import PlanApi
 from engine.api.retention import RetentionApi
+from engine.api.suppressions import SuppressionApi
 from engine.core.clock import Clock
 from engine.core.domain import NotificationState, Outcome
 from engine.core.errors import OmniPostError
@@ -71,6 +72,7 @@ class Engine(
     GlanceApi,
     ApiKeyApi,
     FrontDoorApi,
+    SuppressionApi,
 ):
     def __init__(
         self,

@@ -365,7 +365,8 @@ def test_the_cancel_command(cli: Cli) -> None:
     }
     assert stats["queue"]["cancelled"] == 3
     text = cli.ok("stats")
-    assert "TENANT  QUEUED  IN FLIGHT  DELIVERED  DEAD  CANCELLED  OLDEST QUEUED" in text
-    assert re.search(r"^acme +0 +0 +1 +0 +3 +-$", text, re.MULTILINE), text
-    assert "dead 0, cancelled 3;" in text
+    header = "TENANT  QUEUED  IN FLIGHT  DELIVERED  DEAD  CANCELLED  SUPPRESSED  OLDEST QUEUED"
+    assert header in text
+    assert re.search(r"^acme +0 +0 +1 +0 +3 +0 +-$", text, re.MULTILINE), text
+    assert "dead 0, cancelled 3, suppressed 0;" in text
     assert cli.json("prune", "--dry-run")["cancelled"] == 0  # all cancelled just now

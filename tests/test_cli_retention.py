@@ -28,6 +28,7 @@ DEFAULTS = {
     "dead": {"seconds": 30 * DAY_S, "text": "30d"},
     "log": {"seconds": 7 * DAY_S, "text": "7d"},
     "audit": {"seconds": 90 * DAY_S, "text": "90d"},
+    "suppressions": {"seconds": 365 * DAY_S, "text": "365d"},
 }
 SQLITE_ONLY = pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
 
@@ -85,14 +86,15 @@ def test_show_the_defaults(cli: Cli) -> None:
     assert (shown["size"]["free_bytes"] is None) == shown["store"].startswith("postgresql")
     text = cli.ok("retention", "show").splitlines()
     assert text[1].split() == ["WINDOW", "KEPT", "FOR", "WHAT"]
-    assert [row.split()[:2] for row in text[2:6]] == [
+    assert [row.split()[:2] for row in text[2:7]] == [
         ["delivered", "7d"],
         ["dead", "30d"],
         ["log", "7d"],
         ["audit", "90d"],
+        ["suppressions", "365d"],
     ]
-    assert re.fullmatch(r"size: \d+(\.\d)? [KMG]?i?B.*, 0 notifications kept", text[6]), text[6]
-    assert text[7] == "last prune: never"
+    assert re.fullmatch(r"size: \d+(\.\d)? [KMG]?i?B.*, 0 notifications kept", text[7]), text[7]
+    assert text[8] == "last prune: never"
 
 
 @pytest.mark.parametrize(
@@ -111,15 +113,15 @@ def test_set_reads_ages_and_shows_them_back(
     cli: Cli, given: str, seconds: float | None, text: str
 ) -> None:
     out = cli.ok("retention", "set", "--dead", given)
-    assert out == f"retention: delivered 7d, dead {text}, log 7d, audit 90d\n"
+    assert out == f"retention: delivered 7d, dead {text}, log 7d, audit 90d, suppressions 365d\n"
     assert cli.json("retention", "show")["retention"]["dead"] == {"seconds": seconds, "text": text}
 
 
 def test_set_survives_a_restart_and_other_processes_see_it(cli: Cli, tmp_path: Path) -> None:
     out = cli.ok("retention", "set", "--delivered", "12h", "--dead", "0")
-    assert out == "retention: delivered 12h, dead forever, log 7d, audit 90d\n"
+    assert out == "retention: delivered 12h, dead forever, log 7d, audit 90d, suppressions 365d\n"
     out = cli.ok("retention", "set", "--audit", "52w")  # keeps the earlier changes
-    assert out == "retention: delivered 12h, dead forever, log 7d, audit 364d\n"
+    assert out == "retention: delivered 12h, dead forever, log 7d, audit 364d, suppressions 365d\n"
     assert cli.db_url is not None
     fresh = run_process(["retention", "show", "--json", "--db", cli.db_url], clean_env(tmp_path))
     assert fresh.code == 0, fresh.err
@@ -130,7 +132,8 @@ def test_set_survives_a_restart_and_other_processes_see_it(cli: Cli, tmp_path: P
     assert shown["retention"]["audit"] == {"seconds": 364 * DAY_S, "text": "364d"}
     assert shown["retention"]["log"] == DEFAULTS["log"]
     assert cli.json("stats")["retention"] == shown["retention"]
-    assert "retention: delivered 12h, dead forever, log 7d, audit 364d\n" in cli.ok("stats")
+    shown_line = "retention: delivered 12h, dead forever, log 7d, audit 364d, suppressions 365d\n"
+    assert shown_line in cli.ok("stats")
     audited = sql(cli.db_url, "SELECT detail FROM audit_log WHERE action = 'retention.set'")
     assert len(audited) == 2
     assert '"delivered_s": 43200.0' in audited[-1][0]
@@ -221,6 +224,8 @@ def test_prune_dry_run_then_for_real(cli: Cli) -> None:
         "delivery_log": old_log,
         "audit_log": 2,
         "api_requests": 0,
+        "suppressed": 0,
+        "suppressions": 0,
     }
 
     assert cli.json("prune", "--dry-run") == {**expected, "freed_bytes": 0, "dry_run": True}
@@ -249,7 +254,7 @@ def test_prune_dry_run_then_for_real(cli: Cli) -> None:
     again = cli.json("prune")
     assert again == {
         "delivered": 0, "dead": 0, "cancelled": 0, "delivery_log": 0, "audit_log": 0,
-        "api_requests": 0,
+        "api_requests": 0, "suppressed": 0, "suppressions": 0,
         "freed_bytes": 0, "dry_run": False,
     }  # fmt: skip
     text = cli.ok("prune").splitlines()
@@ -264,7 +269,7 @@ def test_forever_keeps_everything(cli: Cli) -> None:
     cli.ok("retention", "set", "--delivered", "0", "--dead", "0", "--log", "0", "--audit", "0")
     assert cli.json("prune") == {
         "delivered": 0, "dead": 0, "cancelled": 0, "delivery_log": 0, "audit_log": 0,
-        "api_requests": 0,
+        "api_requests": 0, "suppressed": 0, "suppressions": 0,
         "freed_bytes": 0, "dry_run": False,
     }  # fmt: skip
     cli.ok("retention", "set", "--dead", "1w")  # now only the old dead letter goes

@@ -142,7 +142,26 @@ async def test_a_refused_recipient_never_appears_in_the_detail(
 ) -> None:
     mail.mailbox.rcpt_reply = lambda address: f"550 5.1.1 <{address}>: unknown user {address}"
     result = await provider.send(order(recipient="Bob Smith <BOB@Example.com>"))
-    assert result == result.permanent("SMTP 550: 5.1.1 <<recipient>>: unknown user <recipient>")
+    # 5.1.1: the mailbox does not exist, a hard bounce: the recipient is suppressed.
+    assert result == result.gone("SMTP 550: 5.1.1 <<recipient>>: unknown user <recipient>")
+
+
+@pytest.mark.parametrize(
+    ("reply", "gone"),
+    [
+        ("550 5.1.10 null MX", True),
+        ("550 5.1.1 no such user", True),
+        ("550 5.7.1 relaying denied", False),  # the sender's problem, not the mailbox's
+        ("552 5.2.2 mailbox full", False),
+        ("550 no enhanced code", False),
+    ],
+)
+async def test_only_a_missing_mailbox_suppresses_the_recipient(
+    mail: MailServer, provider: SmtpProvider, reply: str, gone: bool
+) -> None:
+    mail.mailbox.rcpt_reply = lambda _: reply
+    result = await provider.send(order())
+    assert (result.outcome, result.recipient_gone) == (Outcome.PERMANENT, gone)
 
 
 async def test_an_address_that_is_not_one_is_permanent_without_connecting(

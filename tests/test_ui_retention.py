@@ -107,8 +107,11 @@ def audited(c: Console) -> list[tuple[str, dict[str, Any]]]:
 def test_the_view_shows_the_defaults_and_the_size(harness: Console) -> None:
     c = harness
     view = open_view(c)
-    texts = [view.edits[name].text() for name in ("delivered_s", "dead_s", "log_s", "audit_s")]
-    assert [parse_age(t) for t in texts] == [parse_age(t) for t in ("7d", "30d", "7d", "90d")]
+    names = ("delivered_s", "dead_s", "log_s", "audit_s", "suppressions_s")
+    texts = [view.edits[name].text() for name in names]
+    assert [parse_age(t) for t in texts] == [
+        parse_age(t) for t in ("7d", "30d", "7d", "90d", "365d")
+    ]
     assert texts == [format_age(s) for s in DEFAULT_RETENTION.as_dict().values()]
     c.wait(lambda: view.size_on_disk.text() != "…")
     assert re.fullmatch(r"\d+(\.\d)? (B|KiB|MiB|GiB|TiB)", view.size_on_disk.text())

@@ -264,7 +264,8 @@ class Bridge(KeyCommands):
     @command
     async def set_retention(self, ages: Mapping[str, float | None]) -> None:
         """Change the windows named in ``ages`` (``delivered_s``, ``dead_s``, ``log_s``,
-        ``audit_s``; None keeps forever) for every process on the store; the engine audits it."""
+        ``audit_s``, ``suppressions_s``; None keeps forever) for every process on the store;
+        the engine audits it."""
         try:
             retention = await self._engine.set_retention(**ages)
         finally:

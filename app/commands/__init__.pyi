@@ -1,6 +1,6 @@
 """The commands' modules, each imported on first use (see ``__init__.py``)."""
 
-from . import apikeys, configure, keys, plan, queue, retention, run, stats
+from . import apikeys, configure, keys, plan, queue, retention, run, stats, suppression
 from .base import open_engine
 
 __all__ = [
@@ -13,4 +13,5 @@ __all__ = [
     "retention",
     "run",
     "stats",
+    "suppression",
 ]

@@ -34,6 +34,12 @@ async def enqueue(
     check_priority(priority)
     async with open_engine(ctx) as engine:
         result = await engine.enqueue(tenant, provider, recipient, body, key=key, priority=priority)
+    if result.suppressed:
+        print(
+            f"suppressed as {result.id} (key {result.idempotency_key}): the recipient is on"
+            f" {tenant}'s suppression list for {provider}; not sent"
+        )
+        return 0
     word = "already queued as" if result.duplicate else "queued as"
     print(f"{word} {result.id} (key {result.idempotency_key})")
     return 0
@@ -47,12 +53,14 @@ async def enqueue_file(ctx: Context, path: str) -> int:
         for tenant, items in by_tenant.items():  # check every name before writing anything
             await engine.check_names(providers=sorted({item[0] for item in items}))
             await engine.check_names(tenants=[tenant])
-        fresh = duplicates = 0
+        fresh = duplicates = suppressed = 0
         for tenant, items in by_tenant.items():
             results = await engine.enqueue_many(tenant, items)
             duplicates += sum(r.duplicate for r in results)
-            fresh += sum(not r.duplicate for r in results)
-    print(f"queued {fresh}, already queued {duplicates}")
+            suppressed += sum(r.suppressed for r in results)
+            fresh += sum(not (r.duplicate or r.suppressed) for r in results)
+    also = f", suppressed {suppressed} (on a suppression list; not sent)" if suppressed else ""
+    print(f"queued {fresh}, already queued {duplicates}{also}")
     return 0
 
 

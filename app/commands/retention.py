@@ -76,9 +76,11 @@ async def prune(ctx: Context, *, dry_run: bool = False, as_json: bool = False) -
             ("delivered notifications", report.delivered),
             ("dead notifications", report.dead),
             ("cancelled notifications", report.cancelled),
+            ("suppressed notifications", report.suppressed),
             ("delivery-log rows", report.delivery_log),
             ("audit-log rows", report.audit_log),
             ("HTTP idempotency keys", report.api_requests),
+            ("suppressed recipients", report.suppressions),
         ],
     )
     if report.freed_bytes:  # SQLite's free pages; Postgres keeps the space for reuse

@@ -76,6 +76,7 @@ class _Stats:
                 "delivered": q.delivered,
                 "dead": q.dead,
                 "cancelled": q.cancelled,
+                "suppressed": q.suppressed,
                 "tenants_queued": q.tenants_queued,
             }
         depth = self.snap.depth
@@ -85,6 +86,7 @@ class _Stats:
             "delivered": sum(d.delivered for d in depth),
             "dead": sum(d.dead for d in depth),
             "cancelled": sum(d.cancelled for d in depth),
+            "suppressed": sum(d.suppressed for d in depth),
             "tenants_queued": sum(1 for d in depth if d.queued),
         }
 
@@ -166,7 +168,16 @@ def _print_json(found: _Stats, store: str) -> None:
 def _print_text(found: _Stats, store: str) -> None:
     print(f"store {store}")
     print_table(
-        ["TENANT", "QUEUED", "IN FLIGHT", "DELIVERED", "DEAD", "CANCELLED", "OLDEST QUEUED"],
+        [
+            "TENANT",
+            "QUEUED",
+            "IN FLIGHT",
+            "DELIVERED",
+            "DEAD",
+            "CANCELLED",
+            "SUPPRESSED",
+            "OLDEST QUEUED",
+        ],
         [
             (
                 d.tenant,
@@ -175,6 +186,7 @@ def _print_text(found: _Stats, store: str) -> None:
                 d.delivered,
                 d.dead,
                 d.cancelled,
+                d.suppressed,
                 "-" if d.oldest_queued_age_s is None else f"{d.oldest_queued_age_s:.1f}s",
             )
             for d in found.snap.depth
@@ -183,7 +195,8 @@ def _print_text(found: _Stats, store: str) -> None:
     q = found.queue()
     print(
         f"all {found.tenant_count} tenants: queued {q['queued']}, in flight {q['leased']},"
-        f" delivered {q['delivered']}, dead {q['dead']}, cancelled {q['cancelled']};"
+        f" delivered {q['delivered']}, dead {q['dead']}, cancelled {q['cancelled']},"
+        f" suppressed {q['suppressed']};"
         f" {q['tenants_queued']} with queued work"
     )
     if not (found.every or found.named):

@@ -55,7 +55,9 @@ class NotificationsApi(EngineParts):
         results = await self.store.queue.enqueue(tenant_id, rows, now=self.clock.wall())
         due: dict[tuple[int, int], int] = {}
         for row, result in zip(rows, results, strict=True):
-            if not result.duplicate:
+            if result.suppressed:
+                self.telemetry.count("suppressed")
+            elif not result.duplicate:
                 due_key = (tenant_id, row.provider_id)
                 due[due_key] = due.get(due_key, 0) + 1
         self.dispatcher.enqueued(due)

@@ -27,8 +27,9 @@ class RetentionApi(EngineParts):
         return await self.store.maintenance.retention()
 
     async def set_retention(self, **ages: float | None) -> Retention:
-        """Change some windows (``delivered_s``, ``dead_s``, ``log_s``, ``audit_s``; ``None``
-        keeps forever) for every process; audited. Raises ConfigError for a bad age or name."""
+        """Change some windows (``delivered_s``, ``dead_s``, ``log_s``, ``audit_s``,
+        ``suppressions_s``; ``None`` keeps forever) for every process; audited. Raises
+        ConfigError for a bad age or name."""
         retention = (await self.retention()).changed(**ages)
         await self.store.maintenance.set_retention(
             retention, now=self.clock.wall(), actor=self.actor

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hmac
 import os
 from collections.abc import Sequence
 
@@ -43,13 +44,14 @@ def _derive(key: bytes, purpose: bytes, length: int) -> bytes:
 class _Key:
     """One configured key: its cipher and its id, and the Fernet that reads older tokens."""
 
-    __slots__ = ("cipher", "fernet", "header")
+    __slots__ = ("cipher", "fernet", "header", "mac_key")
 
     def __init__(self, key: str | bytes) -> None:
         self.fernet = Fernet(key)  # raises for a key that is not 32 url-safe base64 bytes
         raw = base64.urlsafe_b64decode(key)
         self.cipher = AESGCMSIV(_derive(raw, b"omnipost secret box: aes-256-gcm-siv", 32))
         self.header = _VERSION + _derive(raw, b"omnipost secret box: key id", 4)
+        self.mac_key = _derive(raw, b"omnipost secret box: digest", 32)
 
 
 class SecretBox:
@@ -58,7 +60,7 @@ class SecretBox:
     ``source`` says where the keys came from (``OMNIPOST_KEYS``, ``the key file PATH``), for
     messages that must tell an operator which keys to fix; it is never a key."""
 
-    __slots__ = ("_by_header", "_count", "_fernet", "_newest", "source")
+    __slots__ = ("_by_header", "_count", "_fernet", "_keys", "_newest", "source")
 
     def __init__(self, keys: Sequence[str | bytes], *, source: str = "") -> None:
         if not keys:
@@ -70,6 +72,7 @@ class SecretBox:
                 "an encryption key is not valid; each must be 32 url-safe base64-encoded bytes."
             ) from exc
         self._newest = parsed[0]
+        self._keys = tuple(parsed)
         self._by_header: dict[bytes, list[_Key]] = {}
         for key in parsed:  # two keys may share an id (1 in 2**32): both are tried
             self._by_header.setdefault(key.header, []).append(key)
@@ -126,6 +129,18 @@ class SecretBox:
             return self._fernet.decrypt(token.encode("ascii")).decode("utf-8")
         except (InvalidToken, ValueError) as exc:
             raise _undecryptable() from exc
+
+    def digest(self, plaintext: str) -> str:
+        """A keyed digest of ``plaintext`` (HMAC-SHA256 under a key derived from the newest
+        key, hex): equal plaintexts give equal digests, so a secret can be looked up without
+        being stored in the clear, and without the keys nobody can test a guess against it."""
+        return hmac.digest(self._newest.mac_key, plaintext.encode("utf-8"), "sha256").hex()
+
+    def digests(self, plaintext: str) -> tuple[str, ...]:
+        """``digest`` under every configured key, the newest first: what a lookup must try
+        while ``keys rotate`` has not yet recomputed the digests made under an older key."""
+        data = plaintext.encode("utf-8")
+        return tuple(hmac.digest(key.mac_key, data, "sha256").hex() for key in self._keys)
 
     def rotate(self, token: str) -> str:
         """Re-encrypt ``token`` under the newest key, in the current format; raises as

@@ -51,6 +51,9 @@ class NotificationState(enum.StrEnum):
     DELIVERED = "delivered"
     DEAD = "dead"
     CANCELLED = "cancelled"  # taken out of the queue by request: finished, never sent
+    # Its recipient is on the tenant's suppression list for its provider (engine/store/
+    # suppressions.py): finished when it was enqueued, never sent.
+    SUPPRESSED = "suppressed"
 
 
 class Outcome(enum.StrEnum):
@@ -176,12 +179,18 @@ class SendResult:
     ``provider_fault`` marks a TRANSIENT failure that is the provider's rather than the
     message's (an HTTP 5xx, an SMTP server error not about the recipient): the message was
     tried and spends its attempt, but a run of them opens the provider's circuit. UNAVAILABLE
-    is always the provider's fault."""
+    is always the provider's fault.
+
+    ``recipient_gone`` marks a PERMANENT failure that says the recipient will never receive
+    again through this provider (an unregistered device, a number that replied STOP): the
+    recipient goes on the tenant's suppression list, and later notifications to it are
+    ``suppressed`` without being sent."""
 
     outcome: Outcome
     detail: str = ""
     retry_after_s: float | None = None
     provider_fault: bool = False
+    recipient_gone: bool = False
 
     @property
     def is_provider_fault(self) -> bool:
@@ -208,6 +217,11 @@ class SendResult:
     @classmethod
     def permanent(cls, detail: str) -> SendResult:
         return cls(Outcome.PERMANENT, detail)
+
+    @classmethod
+    def gone(cls, detail: str) -> SendResult:
+        """Permanent, and the recipient is gone for good: suppress it from now on."""
+        return cls(Outcome.PERMANENT, detail, recipient_gone=True)
 
 
 _RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?:/\s*(s|sec|min|m|h|hr))?\s*$")

@@ -26,15 +26,18 @@ class Retention:
     """Ages after which finished rows are deleted, in seconds; ``None`` keeps them forever.
 
     ``delivered_s``: delivered notifications, by when they were delivered. ``dead_s``: dead
-    letters, by when they died (so an operator has this long to retry them), and cancelled
-    notifications, by when they were cancelled. ``log_s``: the delivery log. ``audit_s``: the
-    audit log. Queued and leased notifications are never deleted, whatever their age. An
-    idempotency key is remembered as long as its notification is kept."""
+    letters, by when they died (so an operator has this long to retry them), and cancelled and
+    suppressed notifications, by when they ended. ``log_s``: the delivery log. ``audit_s``:
+    the audit log. ``suppressions_s``: the tenants' suppression lists, by when a recipient was
+    put on one (a phone number is given to someone else after a while). Queued and leased
+    notifications are never deleted, whatever their age. An idempotency key is remembered as
+    long as its notification is kept."""
 
     delivered_s: float | None = 7 * _DAY_S
     dead_s: float | None = 30 * _DAY_S
     log_s: float | None = 7 * _DAY_S
     audit_s: float | None = 90 * _DAY_S
+    suppressions_s: float | None = 365 * _DAY_S
 
     def changed(self, **ages: float | None) -> Retention:
         """A copy with the given windows replaced, each checked."""
@@ -67,6 +70,7 @@ _WHAT = {
     "dead_s": "dead letters",
     "log_s": "the delivery log",
     "audit_s": "the audit log",
+    "suppressions_s": "suppressed recipients",
 }
 
 
@@ -127,6 +131,8 @@ class PruneReport:
     audit_log: int = 0
     cancelled: int = 0  # by the dead letters' window; last, so that positions keep their meaning
     api_requests: int = 0  # HTTP idempotency keys whose notification is gone
+    suppressed: int = 0  # suppressed notifications, by the dead letters' window
+    suppressions: int = 0  # recipients taken off the suppression lists
     dry_run: bool = False
     complete: bool = True  # False when a background pass stopped at its time budget
     freed_bytes: int = 0  # SQLite pages given back to the file system
@@ -140,4 +146,6 @@ class PruneReport:
             + self.delivery_log
             + self.audit_log
             + self.api_requests
+            + self.suppressed
+            + self.suppressions
         )

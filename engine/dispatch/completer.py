@@ -77,7 +77,7 @@ class Completer:
         """Add the outcome of sending ``item`` at ``now`` (wall), as ``decision`` says."""
         self._done.append(  # ``add``, written out: once per send
             Completion(  # leased, outcome, state, detail, available_at, spend_attempt, ts,
-                item,  # latency_s (enqueue to outcome), send_s: by position, made per send
+                item,  # latency_s (enqueue to outcome), send_s, gone: by position, per send
                 result.outcome,
                 decision.state,
                 result.detail,
@@ -86,6 +86,7 @@ class Completer:
                 now,
                 now - item.enqueued_at,
                 send_s,
+                result.recipient_gone,
             )
         )
         if not self._gathering:  # the first since the last flush

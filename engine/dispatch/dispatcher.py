@@ -407,6 +407,8 @@ class Dispatcher:
                 self._telemetry.count("takeovers")
                 continue
             self._telemetry.completed(completion, self._dir.tenants, self._dir.providers)
+            if completion.gone:
+                self._telemetry.count("gone")
             if completion.state is NotificationState.DELIVERED:
                 self.delivered += 1
             elif completion.state is NotificationState.QUEUED:  # counted in: no look needed

@@ -26,11 +26,11 @@ Request
     the same id).
 
 Answers (Apple's "Handling notification responses from APNs")
-    200 delivered. 410 ``Unregistered`` and 400 ``BadDeviceToken`` / ``DeviceTokenNotForTopic``
-    permanent; 429 ``TooManyRequests`` throttled; 403 (a bad key, ``InvalidProviderToken``, a topic
-    the key may not use) unavailable, and the JWT is made again; 500 and 503 transient and the
-    provider's fault; timeouts and connection errors unavailable; other 4xx permanent. A detail
-    never holds the device token or the key.
+    200 delivered. 410 ``Unregistered`` permanent and the token suppressed; 400 ``BadDeviceToken`` /
+    ``DeviceTokenNotForTopic`` permanent; 429 ``TooManyRequests`` throttled; 403 (a bad key,
+    ``InvalidProviderToken``, a topic the key may not use) unavailable, and the JWT is made again;
+    500 and 503 transient and the provider's fault; timeouts and connection errors unavailable;
+    other 4xx permanent. A detail never holds the device token or the key.
 """
 
 from __future__ import annotations
@@ -246,6 +246,8 @@ class ApnsProvider:
             return SendResult.unavailable(label)
         if status >= 500:
             return SendResult.transient(label, provider_fault=True)
+        if status == 410:  # Unregistered: Apple asks senders to stop using the token
+            return SendResult.gone(label)
         return SendResult.permanent(label)
 
     async def aclose(self) -> None:

@@ -22,12 +22,13 @@ Request
     ``title`` and ``body``) and ``data`` (an object of strings).
 
 Answers (https://firebase.google.com/docs/reference/fcm/rest/v1/ErrorCode)
-    200 delivered, naming the message. ``UNREGISTERED`` (404) and ``INVALID_ARGUMENT`` (400)
-    permanent; 429 / ``QUOTA_EXCEEDED`` throttled after ``Retry-After``; ``UNAVAILABLE`` and
-    ``INTERNAL`` (5xx) transient and the provider's fault; 401 after a fresh token, 403
-    (``SENDER_ID_MISMATCH``, a key without the right) and a token endpoint that refuses or does
-    not answer unavailable (the circuit holds the notifications); timeouts and connection errors
-    unavailable; any other 4xx permanent. A detail never holds the device token or a credential.
+    200 delivered, naming the message. ``UNREGISTERED`` (404) permanent and the token suppressed;
+    ``INVALID_ARGUMENT`` (400) permanent; 429 / ``QUOTA_EXCEEDED`` throttled after ``Retry-After``;
+    ``UNAVAILABLE`` and ``INTERNAL`` (5xx) transient and the provider's fault; 401 after a fresh
+    token, 403 (``SENDER_ID_MISMATCH``, a key without the right) and a token endpoint that refuses
+    or does not answer unavailable (the circuit holds the notifications); timeouts and connection
+    errors unavailable; any other 4xx permanent. A detail never holds the device token or a
+    credential.
 """
 
 from __future__ import annotations
@@ -274,7 +275,9 @@ class FcmProvider:
         if status == 429 or code in ("QUOTA_EXCEEDED", "RESOURCE_EXHAUSTED"):
             retry = parse_retry_after(response.headers.get("Retry-After"), self._clock.wall())
             return SendResult.throttled(retry, label)
-        if code in ("UNREGISTERED", "INVALID_ARGUMENT", "NOT_FOUND"):
+        if code == "UNREGISTERED":  # the app was uninstalled or the token expired: for good
+            return SendResult.gone(label)
+        if code in ("INVALID_ARGUMENT", "NOT_FOUND"):
             return SendResult.permanent(label)
         if status in (401, 403) or code in ("SENDER_ID_MISMATCH", "THIRD_PARTY_AUTH_ERROR"):
             return SendResult.unavailable(label)

@@ -18,14 +18,15 @@ HTML alternative from ``payload["html"]`` when present, and ``Message-ID``
 other than letters, digits, ``-`` and ``_`` written as ``=XX``) and the ``from`` domain: every
 redelivery of a notification carries the same Message-ID, so a receiver can spot it.
 
-Replies: 421 and 451 throttled. Failures that are the server's, not the message's, count
-toward the provider's circuit breaker: anything that stops a connection (refused, reset, DNS,
-TLS, no STARTTLS, a refused greeting or EHLO, a failed login such as 535 or 530), a timeout or
-a dropped connection are UNAVAILABLE (no attempt spent); a refused sender (MAIL FROM, 4xx or
-5xx) is transient with ``provider_fault``. A refused recipient (550, 553) or a refused message
-(DATA) stays the message's: 5xx permanent, 4xx transient. Sends share one connection, one at
-a time under a lock; a connection the server dropped is opened again, and a send that finds its
-reused connection dead is tried once more on a fresh one.
+Replies: 421 and 451 throttled. Failures that are the server's, not the message's, count toward the
+provider's circuit breaker: anything that stops a connection (refused, reset, DNS, TLS, no STARTTLS,
+a refused greeting or EHLO, a failed login such as 535 or 530), a timeout or a dropped connection
+are UNAVAILABLE (no attempt spent); a refused sender (MAIL FROM, 4xx or 5xx) is transient with
+``provider_fault``. A refused recipient (550, 553) or a refused message (DATA) stays the message's:
+5xx permanent (and the recipient suppressed when the enhanced status says its mailbox does not
+exist, 5.1.1 or 5.1.10), 4xx transient. Sends share one connection, one at a time under a lock; a
+connection the server dropped is opened again, and a send that finds its reused connection dead is
+tried once more on a fresh one.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ KIND = "smtp"
 SECURITY_MODES = ("starttls", "tls", "none")
 _DEFAULT_PORT = {"starttls": 587, "tls": 465, "none": 25}
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+# RFC 3463's "bad destination mailbox address" and RFC 7505's "no mail accepted": a hard bounce.
+_NO_MAILBOX = re.compile(r"\s*5\.1\.(?:1|10)\b")
 
 
 def _escape(text: str) -> str:
@@ -268,6 +271,8 @@ class SmtpProvider:
         if server:
             return SendResult.transient(detail, provider_fault=True)
         if 500 <= code < 600:
+            if _NO_MAILBOX.match(text):  # a hard bounce: suppressed from now on
+                return SendResult.gone(detail)
             return SendResult.permanent(detail)
         return SendResult.transient(detail)
 

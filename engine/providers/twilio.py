@@ -18,8 +18,8 @@ Request
 Answers (https://www.twilio.com/docs/api/errors)
     201 (or any 2xx) delivered, naming the message SID. 429, or error 20429, throttled after
     ``Retry-After`` (1 s when absent). Errors 21211 (not a valid phone number), 21614 (not a
-    mobile number), 21408 / 21612 (the route is not allowed) and 21610 (the recipient replied
-    STOP to this sender) permanent.
+    mobile number) and 21408 / 21612 (the route is not allowed) permanent; 21610 (the recipient
+    replied STOP to this sender) permanent and the recipient suppressed.
     401 and 403 (bad credentials, a suspended account) unavailable: the circuit opens, no
     attempt is spent. 5xx transient and the provider's fault. Timeouts and connection errors
     unavailable. Any other 4xx permanent. A detail never holds the recipient or the token.
@@ -50,7 +50,8 @@ _ACCOUNT = re.compile(r"AC[0-9a-fA-F]{32}")
 _SERVICE = re.compile(r"MG[0-9a-fA-F]{32}")
 # Twilio's error codes (the JSON body's ``code``) and what they mean for a notification.
 THROTTLED_CODES = frozenset({20429})
-PERMANENT_CODES = frozenset({21211, 21614, 21408, 21612, 21610})  # 21610: replied STOP
+PERMANENT_CODES = frozenset({21211, 21614, 21408, 21612})
+STOPPED = 21610  # the recipient replied STOP: permanent, and suppressed from then on
 
 
 class TwilioProvider:
@@ -160,6 +161,8 @@ class TwilioProvider:
             return SendResult.throttled(
                 parse_retry_after(response.headers.get("Retry-After"), now), label
             )
+        if code == STOPPED:
+            return SendResult.gone(label)
         if code in PERMANENT_CODES:
             return SendResult.permanent(label)
         if status in (401, 403):

@@ -17,6 +17,7 @@ from engine.store.records import (
     ProviderRecord,
     SendSample,
     StoreSize,
+    SuppressionRecord,
     TenantRecord,
     WorkerRecord,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "SendSample",
     "Store",
     "StoreSize",
+    "SuppressionRecord",
     "TenantImport",
     "TenantRecord",
     "TenantSpec",

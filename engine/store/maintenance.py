@@ -31,16 +31,27 @@ from engine.store.schema import (
     notifications,
     queue_counts,
     settings,
+    suppressions,
 )
 
 __all__ = ["MaintenanceRepo"]
 
 N = notifications
 R = api_requests
+SP = suppressions
 _ABANDONED_S = 86400.0
 _RETENTION = "retention"
 _VACUUM_PAGES = 2048  # pages given back per transaction (8 MiB at SQLite's default 4 KiB)
-_TABLES = ("notifications", "delivery_log", "audit_log", "queue_counts", "tenants", "providers")
+_TABLES = (
+    "notifications",
+    "delivery_log",
+    "audit_log",
+    "queue_counts",
+    "tenants",
+    "providers",
+    "api_requests",
+    "suppressions",
+)
 
 
 class MaintenanceRepo:
@@ -235,6 +246,7 @@ def _targets(retention: Retention, now: float) -> dict[str, Target]:
         ("delivered", NotificationState.DELIVERED, retention.delivered_s),
         ("dead", NotificationState.DEAD, retention.dead_s),
         ("cancelled", NotificationState.CANCELLED, retention.dead_s),  # kept as dead letters are
+        ("suppressed", NotificationState.SUPPRESSED, retention.dead_s),
     ):
         if window is not None:
             where = (N.c.state == state.value) & (N.c.finished_at < now - window)
@@ -245,6 +257,9 @@ def _targets(retention: Retention, now: float) -> dict[str, Target]:
     ):
         if window is not None:
             found[kind] = (table.c.ts < now - window, table, table.c.ts)
+    if retention.suppressions_s is not None:
+        old = SP.c.created_at < now - retention.suppressions_s
+        found["suppressions"] = (old, SP, SP.c.created_at)
     kept = [w for w in (retention.delivered_s, retention.dead_s) if w is not None]
     if len(kept) == 2:  # a window of None keeps some notifications, and so their keys, forever
         found["api_requests"] = (_forgotten_requests(now, min(kept)), R, R.c.created_at)

@@ -23,6 +23,7 @@ from typing import Any
 
 from engine.core.domain import NotificationState, Outcome
 from engine.store.records import Completion
+from engine.store.suppressions import SUPPRESSED, SUPPRESSED_DETAIL
 
 __all__ = [
     "CLAIM_MANY_SQL",
@@ -109,28 +110,39 @@ SELECT id FROM acked
 
 
 # The rows as arrays, in the order given; a key the tenant used before (or twice in one call)
-# is not inserted again, and ``enqueue`` looks those keys up (``KEYS_SQL``) after. ``pg_notify``
-# runs once if anything was inserted (``told`` is joined for that: a CTE nobody reads is never
-# run).
-ENQUEUE_SQL = """
+# is not inserted again, and ``enqueue`` looks those keys up (``KEYS_SQL``) after. A row whose
+# recipient the tenant suppressed for its provider (its digests under the newest key, $13, and
+# the one before it, $14, against ``suppressions``) is inserted suppressed and finished.
+# ``pg_notify`` runs once if anything was inserted (``told`` is joined for that: a CTE nobody
+# reads is never run).
+ENQUEUE_SQL = f"""
 WITH given AS (
     SELECT * FROM unnest($2::integer[], $3::text[], $4::text[], $5::text[], $6::integer[],
-                         $7::integer[], $8::float8[]) WITH ORDINALITY
+                         $7::integer[], $8::float8[], $13::text[], $14::text[]) WITH ORDINALITY
         AS g(provider_id, recipient, payload, idempotency_key, priority, max_attempts,
-             available_at, ord)
+             available_at, digest, digest_before, ord)
+), judged AS (
+    SELECT g.*, EXISTS (
+        SELECT 1 FROM suppressions AS s
+        WHERE s.tenant_id = $1 AND s.digest IN (g.digest, g.digest_before)
+          AND s.provider_id = g.provider_id
+    ) AS gone
+    FROM given AS g
 ), added AS (
     INSERT INTO notifications (tenant_id, provider_id, recipient, payload, idempotency_key,
                                priority, state, attempt, failures, max_attempts,
-                               available_at, enqueued_at)
-    SELECT $1, provider_id, recipient, payload, idempotency_key, priority, $9, 0, 0,
-           max_attempts, available_at, $10
-    FROM given ORDER BY ord
+                               available_at, enqueued_at, finished_at, last_error)
+    SELECT $1, provider_id, recipient, payload, idempotency_key, priority,
+           CASE WHEN gone THEN '{SUPPRESSED}' ELSE $9::text END, 0, 0, max_attempts,
+           available_at, $10::float8, CASE WHEN gone THEN $10::float8 END,
+           CASE WHEN gone THEN $15::text END
+    FROM judged ORDER BY ord
     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
-    RETURNING id, idempotency_key
+    RETURNING id, idempotency_key, state
 ), told AS (
     SELECT pg_notify($11, $12)::text FROM added LIMIT 1
 )
-SELECT added.id, added.idempotency_key FROM added LEFT JOIN told ON true
+SELECT added.id, added.idempotency_key, added.state FROM added LEFT JOIN told ON true
 """
 
 # One unique-index probe per key, whatever plan a prepared statement settles on (an ``= ANY``
@@ -145,11 +157,18 @@ CROSS JOIN LATERAL (
 
 
 async def enqueue(
-    conn: Any, tenant_id: int, rows: Sequence[dict[str, Any]], now: float, notify: tuple[str, str]
-) -> tuple[dict[str, int], set[str]]:
+    conn: Any,
+    tenant_id: int,
+    rows: Sequence[dict[str, Any]],
+    digests: Sequence[Sequence[str]],
+    now: float,
+    notify: tuple[str, str],
+) -> tuple[dict[str, int], set[str], set[str]]:
     """Insert ``rows`` (``QueueRepo._row``'s dicts, one tenant's) unless the tenant used their
-    key before, and notify ``notify`` (channel, payload) if any was; returns the id of every
-    key and the keys inserted now. ``conn``: an asyncpg connection outside any transaction."""
+    key before, suppressed where ``digests`` (each row's recipient's, newest key first) are
+    on the tenant's list for the row's provider, and notify ``notify`` (channel, payload) if
+    any was inserted; returns the id of every key, the keys inserted now and those of them
+    suppressed. ``conn``: an asyncpg connection outside any transaction."""
     found = await conn.fetch(
         ENQUEUE_SQL,
         tenant_id,
@@ -163,13 +182,17 @@ async def enqueue(
         _QUEUED,
         now,
         *notify,
+        [d[0] for d in digests],
+        [d[1] if len(d) > 1 else None for d in digests],
+        SUPPRESSED_DETAIL,
     )
-    ids = {key: row_id for row_id, key in found}
+    ids = {key: row_id for row_id, key, _ in found}
+    suppressed = {key for _, key, state in found if state == SUPPRESSED}
     fresh = set(ids)
     missing = list({r["idempotency_key"] for r in rows} - fresh)
     if missing:  # used before, or by another transaction while this one waited on the key
         ids.update({key: row_id for row_id, key in await conn.fetch(KEYS_SQL, tenant_id, missing)})
-    return ids, fresh
+    return ids, fresh, suppressed
 
 
 async def claim(

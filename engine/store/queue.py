@@ -17,18 +17,17 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from engine.core.domain import NotificationState, Outcome
 from engine.core.errors import SecretUnreadable
 from engine.store import pg_hot, sqlite_hot
-from engine.store.cancel import cancel_queued
 from engine.store.database import picked_once
 from engine.store.notify import CHANNEL
-from engine.store.reads import QueueReads
 from engine.store.records import (
     Completion,
     EnqueueResult,
     Leased,
     NewNotification,
-    NotificationView,
 )
+from engine.store.repairs import QueueRepairs
 from engine.store.schema import delivery_log, notifications
+from engine.store.suppressions import record_gone
 
 __all__ = ["LEASED_ONLY", "QueueRepo", "reap_statement", "renew_statement"]
 
@@ -43,8 +42,9 @@ _dumps = json.JSONEncoder(separators=(",", ":")).encode  # json.dumps builds one
 LEASED_ONLY = N.c.state == sa.literal_column(f"'{_LEASED}'")
 
 
-class QueueRepo(QueueReads):
-    """The queue: the reads of ``QueueReads`` and every write."""
+class QueueRepo(QueueRepairs):
+    """The queue: the reads of ``QueueReads``, the repairs of ``QueueRepairs`` and every
+    other write."""
 
     # -- enqueue ----------------------------------------------------------------------------
 
@@ -57,21 +57,25 @@ class QueueRepo(QueueReads):
         rows = [self._row(tenant_id, item, now) for item in items]
         if not rows:
             return []
+        # Looked up on the tenant's suppression list as they are inserted.
+        digests = [self._box.digests(item.recipient) for item in items]
         if self._db.is_sqlite:  # one trip to its thread: see engine/store/sqlite_hot.py
-            ids, fresh = await self._db.write_in_thread(
-                functools.partial(sqlite_hot.enqueue, tenant_id=tenant_id, rows=rows)
+            wanted = [(i.provider_id, d) for i, d in zip(items, digests, strict=True)]
+            ids, fresh, gone = await self._db.write_in_thread(
+                functools.partial(sqlite_hot.enqueue, tenant_id=tenant_id, rows=rows, wanted=wanted)
             )
         else:  # one statement: see engine/store/pg_hot.py
-            ids, fresh = await self._db.write_on_driver(
+            ids, fresh, gone = await self._db.write_on_driver(
                 functools.partial(
                     pg_hot.enqueue,
                     tenant_id=tenant_id,
                     rows=rows,
+                    digests=digests,
                     now=now,
                     notify=(CHANNEL, self._db.origin),
                 )
             )
-        return _results(items, ids, fresh)
+        return _results(items, ids, fresh, gone)
 
     def _row(self, tenant_id: int, item: NewNotification, now: float) -> dict[str, Any]:
         return {
@@ -235,11 +239,7 @@ class QueueRepo(QueueReads):
             for mine in delivered.values():
                 for start in range(0, len(mine), _CHUNK):
                     ok |= await _apply_delivered(conn, mine[start : start + _CHUNK])
-            # The rest are rare (retries, throttles, dead letters): one by one, in id order,
-            # as every multi-row writer here, so that two writers never deadlock.
-            for c in completions:
-                if c.state is not NotificationState.DELIVERED and await _apply(conn, c):
-                    ok.add(c.leased.id)
+            ok |= await self._apply_rest(conn, completions)
             applied = [c.leased.id in ok for c in completions]
             log_rows = [_log_row(c, worker) for c in completions if c.leased.id in ok]
             if log_rows:
@@ -253,6 +253,22 @@ class QueueRepo(QueueReads):
         if _all_delivered_by_one(completions):
             return await self._deliver(completions, worker)
         return await self._db.write(tx)
+
+    async def _apply_rest(
+        self, conn: AsyncConnection, completions: Sequence[Completion]
+    ) -> set[int]:
+        """The completions other than deliveries, rare (retries, throttles, dead letters): one
+        by one, in id order, as every multi-row writer here, so that two writers never
+        deadlock; a recipient the provider said is gone goes on the tenant's suppression list.
+        Returns the ids applied."""
+        ok = set()
+        for c in completions:
+            if c.state is not NotificationState.DELIVERED and await _apply(conn, c):
+                ok.add(c.leased.id)
+        gone = [c for c in completions if c.gone and c.leased.id in ok]
+        if gone:
+            await record_gone(conn, self._box, gone, is_sqlite=self._db.is_sqlite)
+        return ok
 
     async def _deliver(self, done: Sequence[Completion], worker: str) -> list[bool]:
         """The common batch (every one delivered, one lease owner): the same writes as
@@ -276,38 +292,6 @@ class QueueRepo(QueueReads):
 
         return await self._db.write(tx)
 
-    # -- dead letters -----------------------------------------------------------------------
-
-    async def retry_dead(self, tenant_id: int, ids: Sequence[int] | None, *, now: float) -> int:
-        """Queue dead notifications again with a fresh attempt budget; ``None`` means all of the
-        tenant's dead ones. Returns how many were requeued."""
-
-        async def tx(conn: AsyncConnection) -> int:
-            result = await conn.execute(
-                N.update()
-                .where(_dead(tenant_id, ids))
-                .values(state=_QUEUED, failures=0, available_at=now, finished_at=None)
-            )
-            if result.rowcount and not self._db.is_sqlite:
-                await conn.execute(sa.select(sa.func.pg_notify(CHANNEL, self._db.origin)))
-            return int(result.rowcount)
-
-        return await self._db.write(tx)
-
-    async def discard_dead(self, tenant_id: int, ids: Sequence[int] | None) -> int:
-        async def tx(conn: AsyncConnection) -> int:
-            return int((await conn.execute(N.delete().where(_dead(tenant_id, ids)))).rowcount)
-
-        return await self._db.write(tx)
-
-    async def cancel(self, tenant_id: int, notification_id: int, *, now: float) -> NotificationView:
-        """Cancel one queued notification of the tenant: ``engine.store.cancel`` says how,
-        and what it raises."""
-        found = functools.partial(
-            cancel_queued, tenant_id=tenant_id, notification_id=notification_id, now=now
-        )
-        return self._view(await self._db.write(found))
-
 
 def renew_statement(owner: str, until: float, *, is_sqlite: bool) -> sa.Update:
     """Extend ``owner``'s leases to ``until``: found through ``ix_notifications_leased_owner``.
@@ -329,11 +313,6 @@ def reap_statement(now: float) -> sa.Update:
         .where(LEASED_ONLY & (N.c.lease_expires_at < now))
         .values(state=_QUEUED, lease_owner=None, lease_expires_at=None, available_at=now)
     )
-
-
-def _dead(tenant_id: int, ids: Sequence[int] | None) -> sa.ColumnElement[bool]:
-    cond = (N.c.tenant_id == tenant_id) & (N.c.state == _DEAD)
-    return cond if ids is None else cond & N.c.id.in_(list(ids))
 
 
 def _all_delivered_by_one(completions: Sequence[Completion]) -> bool:
@@ -425,14 +404,16 @@ def _log_row(c: Completion, worker: str) -> dict[str, Any]:
 
 
 def _results(
-    items: Sequence[NewNotification], ids: dict[str, int], fresh: set[str]
+    items: Sequence[NewNotification], ids: dict[str, int], fresh: set[str], gone: set[str]
 ) -> list[EnqueueResult]:
-    """Per item, in order: its id, and whether its key was used before (``fresh``: the keys
-    inserted now; a key repeated within one call is a duplicate the second time)."""
+    """Per item, in order: its id, whether its key was used before (``fresh``: the keys
+    inserted now; a key repeated within one call is a duplicate the second time), and whether
+    it was inserted suppressed (``gone``)."""
     results = []
     for item in items:
         key = item.idempotency_key
-        results.append(EnqueueResult(ids[key], key, duplicate=key not in fresh))
+        new = key in fresh
+        results.append(EnqueueResult(ids[key], key, not new, new and key in gone))
         fresh.discard(key)
     return results
 

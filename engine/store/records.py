@@ -28,6 +28,7 @@ __all__ = [
     "ProviderRecord",
     "SendSample",
     "StoreSize",
+    "SuppressionRecord",
     "TenantRecord",
     "WorkerRecord",
 ]
@@ -85,6 +86,8 @@ class EnqueueResult:
     id: int
     idempotency_key: str
     duplicate: bool
+    # Inserted suppressed: its recipient is on the tenant's suppression list for its provider.
+    suppressed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +155,7 @@ class Completion:
     ts: float = 0.0
     latency_s: float | None = None  # enqueue to outcome
     send_s: float | None = None  # how long the provider took (None: it was not called)
+    gone: bool = False  # the provider said the recipient is gone for good: suppress it
 
 
 @dataclass(slots=True)  # a value; not frozen: see the module docstring
@@ -261,3 +265,17 @@ class ApiKeyRecord:
     created_at: float
     last_used_at: float | None
     revoked_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class SuppressionRecord:
+    """One suppressed recipient, as shown to people: masked."""
+
+    id: int
+    tenant: str
+    provider: str
+    recipient_masked: str
+    reason: str
+    source: str  # provider (its answer said so) or operator (added by hand or imported)
+    created_at: float
+    notification_id: int | None

@@ -1,13 +1,14 @@
 """Key rotation in the store: every stored secret re-encrypted under the newest key, so that
 the older keys can be retired.
 
-Two columns hold ``SecretBox`` tokens: ``notifications.recipient`` (every state: queued, leased,
-delivered, dead) and ``providers.secrets``; the delivery and audit logs hold none (the audit
-log names secrets, never their values). Each is walked by primary key in batches (keyset
-pagination: bounded memory, no offset scans), each batch read in one short transaction and
-written in another, so SQLite's one write lock is never held long and a Postgres transaction
-never grows. An interrupted walk loses at most the batch under way, and a second one finds
-nothing left to do.
+Three columns hold ``SecretBox`` tokens: ``notifications.recipient`` (every state),
+``providers.secrets`` and ``suppressions.recipient``, whose row also holds the recipient's keyed
+digest (``SecretBox.digest``), recomputed under the newest key with it; the delivery and audit
+logs hold none (the audit log names secrets, never their values). Each is walked by primary
+key in batches (keyset pagination: bounded memory, no offset scans), each batch read in one
+short transaction and written in another, so SQLite's one write lock is never held long and a
+Postgres transaction never grows. An interrupted walk loses at most the batch under way, and a
+second one finds nothing left to do.
 
 A row is rewritten only when its token is not under the newest key (or is in the earlier
 Fernet format, which is rewritten in the current one), by a compare-and-set on
@@ -29,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from engine.core.crypto import SecretBox
 from engine.core.errors import OmniPostError
 from engine.store.database import Database
-from engine.store.schema import notifications, providers, tenants
+from engine.store.schema import notifications, providers, suppressions, tenants
 
 __all__ = ["RotationProgress", "RotationRepo", "RotationReport", "TableRotation"]
 
@@ -85,11 +86,15 @@ class _Column:
     table: sa.Table
     token: sa.Column[Any]
     owner: sa.Column[Any]
+    digest: sa.Column[Any] | None = None  # the token's plaintext's digest, kept in step
 
 
 _COLUMNS = (
     _Column(notifications, notifications.c.recipient, notifications.c.tenant_id),
     _Column(providers, providers.c.secrets, providers.c.name),
+    _Column(
+        suppressions, suppressions.c.recipient, suppressions.c.tenant_id, suppressions.c.digest
+    ),
 )
 
 Progress = Callable[[RotationProgress], None]
@@ -149,7 +154,7 @@ class RotationRepo:
         after = 0
         while rows := await self._db.read(_page(column, after, self.batch)):
             after = rows[-1][0]
-            fresh, unreadable = self._sort(rows, rewrite=rewrite)
+            fresh, unreadable = self._sort(column, rows, rewrite=rewrite)
             if unreadable and rewrite:
                 # Appeared since the check (another process writing with a key not here).
                 what = await self._describe(column, unreadable[0])
@@ -170,27 +175,26 @@ class RotationRepo:
         return done, first
 
     def _sort(
-        self, rows: Sequence[tuple[Any, ...]], *, rewrite: bool
-    ) -> tuple[dict[int, tuple[str, str]], list[tuple[Any, ...]]]:
-        """The rows to rewrite (id -> (old token, new token); on a check the new one is the
-        old) and the rows no key reads. Rows already under the newest key are neither."""
-        fresh: dict[int, tuple[str, str]] = {}
+        self, column: _Column, rows: Sequence[tuple[Any, ...]], *, rewrite: bool
+    ) -> tuple[dict[int, tuple[str, str, str]], list[tuple[Any, ...]]]:
+        """The rows to rewrite (id -> (old token, new token, the plaintext's digest under the
+        newest key); on a check the new token is the old) and the rows no key reads. Rows
+        already under the newest key are neither."""
+        fresh: dict[int, tuple[str, str, str]] = {}
         unreadable = []
         for row in rows:
             row_id, _, token = row
             if self._box.is_current(token):
                 continue
             try:
-                new = self._box.rotate(token) if rewrite else self._readable(token)
+                plain = self._box.decrypt(token)
             except OmniPostError:
                 unreadable.append(row)
                 continue
-            fresh[row_id] = (token, new)
+            new = self._box.encrypt(plain) if rewrite else token
+            digest = self._box.digest(plain) if column.digest is not None else ""
+            fresh[row_id] = (token, new, digest)
         return fresh, unreadable
-
-    def _readable(self, token: str) -> str:
-        self._box.decrypt(token)  # raises when no key reads it
-        return token
 
     async def _describe(self, column: _Column, row: tuple[Any, ...]) -> str:
         """``notification 12 (tenant acme)`` or ``the secrets of provider sms``."""
@@ -226,19 +230,20 @@ def _page(
 
 
 def _rewrite(
-    column: _Column, fresh: dict[int, tuple[str, str]]
+    column: _Column, fresh: dict[int, tuple[str, str, str]]
 ) -> Callable[[AsyncConnection], Awaitable[int]]:
     """One statement for a batch (``fresh`` not empty): each row's token set to its new one
-    where the row still holds the old one, a compare-and-set. ``id IN (...)`` lets both
-    databases find the rows by primary key. Returns how many rows it rewrote."""
+    (and its digest, on a column that has one) where the row still holds the old one, a
+    compare-and-set. ``id IN (...)`` lets both databases find the rows by primary key. Returns
+    how many rows it rewrote."""
     table = column.table
     old = sa.case({i: tokens[0] for i, tokens in fresh.items()}, value=table.c.id)
     new = sa.case({i: tokens[1] for i, tokens in fresh.items()}, value=table.c.id)
-    stmt = (
-        table.update()
-        .where(table.c.id.in_(list(fresh)) & (column.token == old))
-        .values({column.token.name: new})
-    )
+    values: dict[str, Any] = {column.token.name: new}
+    if column.digest is not None:
+        digests = {i: tokens[2] for i, tokens in fresh.items()}
+        values[column.digest.name] = sa.case(digests, value=table.c.id)
+    stmt = table.update().where(table.c.id.in_(list(fresh)) & (column.token == old)).values(values)
 
     async def tx(conn: AsyncConnection) -> int:
         return int((await conn.execute(stmt)).rowcount)

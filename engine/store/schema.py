@@ -18,6 +18,7 @@ __all__ = [
     "queue_counts",
     "rate_limits",
     "settings",
+    "suppressions",
     "tenants",
     "workers",
 ]
@@ -305,4 +306,32 @@ api_requests = sa.Table(
     sa.Column("created_at", sa.Double, nullable=False),
     sa.UniqueConstraint("tenant_id", "idem_key"),
     sa.Index("ix_api_requests_created_at", "created_at"),
+)
+
+# Each tenant's suppression list (migration 0010): recipients a provider said are gone for good
+# (or an operator added), per provider. ``digest`` is ``SecretBox.digest`` of the recipient (a
+# keyed HMAC: looked up on every enqueue without the recipient in the clear); ``recipient`` is a
+# SecretBox token, for listing them masked and recomputing digests when the keys rotate.
+suppressions = sa.Table(
+    "suppressions",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column(
+        "tenant_id", sa.Integer, sa.ForeignKey("tenants.id", ondelete="CASCADE"), nullable=False
+    ),
+    sa.Column(
+        "provider_id",
+        sa.Integer,
+        sa.ForeignKey("providers.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("digest", sa.String(64), nullable=False),
+    sa.Column("recipient", sa.Text, nullable=False),
+    sa.Column("reason", sa.String(500), nullable=False, server_default=""),
+    sa.Column("source", sa.String(16), nullable=False),
+    sa.Column("notification_id", sa.BigInteger, nullable=True),
+    sa.Column("created_at", sa.Double, nullable=False),
+    # Enqueue looks a tenant's digests up, then checks the provider.
+    sa.UniqueConstraint("tenant_id", "digest", "provider_id"),
+    sa.Index("ix_suppressions_created_at", "created_at"),
 )

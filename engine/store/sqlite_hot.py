@@ -25,6 +25,7 @@ from typing import Any
 
 from engine.core.domain import NotificationState
 from engine.store.records import Completion
+from engine.store.suppressions import SUPPRESSED, SUPPRESSED_DETAIL, gone_of
 
 __all__ = [
     "CHUNK",
@@ -102,14 +103,21 @@ def enqueue_sql(n: int) -> str:
 
 
 def enqueue(
-    conn: sqlite3.Connection, tenant_id: int, rows: Sequence[dict[str, Any]]
-) -> tuple[dict[str, int], set[str]]:
+    conn: sqlite3.Connection,
+    tenant_id: int,
+    rows: Sequence[dict[str, Any]],
+    wanted: Sequence[tuple[int, Sequence[str]]],
+) -> tuple[dict[str, int], set[str], set[str]]:
     """Insert ``rows`` (``QueueRepo._row``'s dicts, one tenant's) unless the tenant used their
-    key before; returns the id of every key and the keys inserted now. One transaction."""
+    key before; those whose recipient the tenant suppressed for their provider (``wanted``:
+    each row's provider id and recipient digests, see ``suppressions.gone_of``) are inserted
+    suppressed. Returns the id of every key, the keys inserted now, and those of them
+    suppressed. One transaction."""
     ids: dict[str, int] = {}
     fresh: set[str] = set()
     _transaction(conn)
     try:
+        gone = gone_of(conn, tenant_id, wanted)
         for start in range(0, len(rows), _ROWS):
             chunk = rows[start : start + _ROWS]
             params = [row[column] for row in chunk for column in _COLUMNS]
@@ -126,11 +134,24 @@ def enqueue(
                 [tenant_id, *chunk],
             )
             ids.update({key: row_id for row_id, key in found})
+        suppressed = {rows[i]["idempotency_key"] for i in gone} & fresh
+        if suppressed:  # rare: inserted queued above, finished here in the same transaction
+            _suppress(conn, [ids[key] for key in suppressed], rows[0]["enqueued_at"])
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
-    return ids, fresh
+    return ids, fresh, suppressed
+
+
+def _suppress(conn: sqlite3.Connection, ids: Sequence[int], now: float) -> None:
+    for start in range(0, len(ids), CHUNK):
+        chunk = ids[start : start + CHUNK]
+        conn.execute(
+            "UPDATE notifications SET state = ?, finished_at = ?, last_error = ?"
+            f" WHERE id IN ({', '.join(['?'] * len(chunk))})",
+            [SUPPRESSED, now, SUPPRESSED_DETAIL, *chunk],
+        )
 
 
 def _transaction(conn: sqlite3.Connection) -> None:

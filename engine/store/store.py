@@ -24,6 +24,7 @@ from engine.store.queue import QueueRepo
 from engine.store.requests import RequestRepo
 from engine.store.rotation import RotationRepo
 from engine.store.stats import StatsRepo
+from engine.store.suppressions import SuppressionRepo
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -35,7 +36,7 @@ _MIGRATIONS = Path(__file__).with_name("migrations")
 # The newest migration's revision (tests/test_migrations.py checks it against the scripts):
 # known here, so that a command checks the store's revision without importing Alembic, which
 # only ``migrate`` needs.
-HEAD = "0009"
+HEAD = "0010"
 
 
 def _alembic_config() -> Config:
@@ -60,6 +61,7 @@ class Store:
         self.glance = GlanceReads(self._db, box)
         self.apikeys = ApiKeyRepo(self._db)  # a console's reads over many tenants
         self.requests = RequestRepo(self._db)  # the HTTP API's idempotency keys
+        self.suppressions = SuppressionRepo(self._db, box)  # each tenant's suppression list
 
     @property
     def dialect(self) -> str:

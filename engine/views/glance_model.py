@@ -74,6 +74,7 @@ class QueueTotals:
     delivered: int = 0
     dead: int = 0
     cancelled: int = 0
+    suppressed: int = 0
     tenants_queued: int | None = 0
     oldest_queued_age_s: float | None = None
     read_at: float = 0.0

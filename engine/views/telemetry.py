@@ -47,7 +47,8 @@ class TenantDepth:
     delivered: int
     dead: int
     oldest_queued_age_s: float | None
-    cancelled: int = 0  # last, with a default: rows are made by position
+    cancelled: int = 0  # last, with defaults: rows are made by position
+    suppressed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +61,8 @@ class Counters:
     held: int = 0  # sends the provider could not take (unavailable): queued again, unspent
     reaped: int = 0
     stale_tokens: int = 0  # tokens older than ``token_lag_s`` at their send: taken again
+    suppressed: int = 0  # enqueued here to a suppressed recipient: never sent
+    gone: int = 0  # sends whose provider said the recipient is gone: put on the tenant's list
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,6 +314,7 @@ def tenant_depths(
             dead=counts.get(NotificationState.DEAD, 0),
             oldest_queued_age_s=oldest[tenant_id],
             cancelled=counts.get(NotificationState.CANCELLED, 0),
+            suppressed=counts.get(NotificationState.SUPPRESSED, 0),
         )
         for tenant_id, counts in sorted(per.items())
     )
@@ -380,6 +384,7 @@ def summed(depth: Iterable[TenantDepth], now: float) -> QueueTotals:
         delivered=sum(d.delivered for d in rows),
         dead=sum(d.dead for d in rows),
         cancelled=sum(d.cancelled for d in rows),
+        suppressed=sum(d.suppressed for d in rows),
         tenants_queued=sum(1 for d in rows if d.queued),
         oldest_queued_age_s=max(ages, default=None),
         read_at=now,

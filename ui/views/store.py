@@ -32,6 +32,7 @@ WINDOWS = (
     ("dead_s", "Dead letters", "kept this long after they died: the time left to retry them"),
     ("log_s", "Delivery log", "every send attempt, by when it was made"),
     ("audit_s", "Audit log", "who changed what, by when"),
+    ("suppressions_s", "Suppressed recipients", "kept on the lists this long after being added"),
 )
 _PROBLEM_STYLE = "color: #d64545;"
 
@@ -40,14 +41,16 @@ def prune_summary(report: PruneReport) -> str:
     """One sentence for people: the rows deleted per kind and the bytes given back."""
     if report.total == 0:
         return "Nothing was old enough to delete."
-    kinds = (
+    kinds = (  # the last two are rare: said only when there are some
         (report.delivered, "delivered"),
         (report.dead, "dead"),
         (report.cancelled, "cancelled"),
+        (report.suppressed or None, "suppressed"),
         (report.delivery_log, "delivery-log"),
         (report.audit_log, "audit"),
+        (report.suppressions or None, "suppression-list"),
     )
-    counts = [f"{n:,} {kind}" for n, kind in kinds]
+    counts = [f"{n:,} {kind}" for n, kind in kinds if n is not None]
     verb = "Would delete" if report.dry_run else "Deleted"
     text = f"{verb} {', '.join(counts[:-1])} and {counts[-1]} rows"
     if not report.dry_run:

@@ -1,0 +1,86 @@
+"""Each tenant's suppression list: looked at, added to (by hand or from a list kept elsewhere)
+and taken from. A provider's own answers add to it as notifications complete
+(``engine.store.suppressions``); a notification enqueued to a recipient on it is ``suppressed``,
+never sent. Every change an operator makes is audited, never with the recipients."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from engine.api.parts import EngineParts
+from engine.core.domain import check_recipient_and_key
+from engine.core.errors import ConfigError
+from engine.store import SuppressionRecord
+
+__all__ = ["MAX_SUPPRESSION_PAGE", "SuppressionApi"]
+
+MAX_SUPPRESSION_PAGE = 1000
+_REASON_MAX = 500
+
+
+class SuppressionApi(EngineParts):
+    async def suppressions(
+        self,
+        tenant: str,
+        *,
+        provider: str | None = None,
+        limit: int = 100,
+        before: int | None = None,
+    ) -> list[SuppressionRecord]:
+        """``tenant``'s suppressed recipients (masked), newest first, ``limit`` of them (1 to
+        ``MAX_SUPPRESSION_PAGE``), only ``provider``'s if given, and those older than the id
+        ``before`` (the last id of the page before). NotFound for an unknown tenant or
+        provider."""
+        if not 1 <= limit <= MAX_SUPPRESSION_PAGE:
+            raise ConfigError(f"the limit must be 1 to {MAX_SUPPRESSION_PAGE}.")
+        tenant_id, provider_id = await self._ids(tenant, provider)
+        return await self.store.suppressions.listing(
+            tenant_id, provider_id=provider_id or None, limit=limit, before_id=before
+        )
+
+    async def suppression_counts(self) -> dict[str, int]:
+        """How many recipients each tenant suppressed, by tenant name (tenants with none are
+        left out)."""
+        counts = await self.store.suppressions.count()
+        if not counts.keys() <= self.directory.tenants.keys():
+            await self.directory.refresh()
+        known = self.directory.tenants
+        return {known[t].name: n for t, n in counts.items() if t in known}
+
+    async def suppress(
+        self, tenant: str, provider: str, recipients: Sequence[str], *, reason: str = ""
+    ) -> int:
+        """Put ``recipients`` on ``tenant``'s list for ``provider`` (all or none); returns how
+        many were not on it already. ConfigError for an empty or invalid recipient or a reason
+        that is not one printable line; NotFound for an unknown tenant or provider."""
+        for recipient in recipients:
+            check_recipient_and_key(recipient, None)
+        reason = reason.strip()
+        if len(reason) > _REASON_MAX or not reason.isprintable():
+            raise ConfigError(
+                f"a reason is one printable line of at most {_REASON_MAX} characters."
+            )
+        tenant_id, provider_id = await self._ids(tenant, provider)
+        return await self.store.suppressions.add(
+            tenant_id,
+            provider_id,
+            recipients,
+            reason=reason,
+            provider=provider,
+            now=self.clock.wall(),
+            actor=self.actor,
+        )
+
+    async def unsuppress(self, tenant: str, provider: str, recipient: str) -> None:
+        """Take ``recipient`` off ``tenant``'s list for ``provider``: later notifications to it
+        are sent again. NotFound when it is not on the list (or no such tenant or provider)."""
+        check_recipient_and_key(recipient, None)
+        tenant_id, provider_id = await self._ids(tenant, provider)
+        await self.store.suppressions.remove(
+            tenant_id,
+            provider_id,
+            recipient,
+            provider=provider,
+            now=self.clock.wall(),
+            actor=self.actor,
+        )

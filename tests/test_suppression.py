@@ -1,0 +1,217 @@
+"""Suppression lists, on both stores: a provider's "gone for good" puts the recipient on the
+tenant's list for that provider (in the completion's own transaction), a later notification to it
+is ``suppressed`` at enqueue and never sent, operators add and remove, the lists survive key
+rotation, retention has a window for them, and nothing crosses tenants or providers."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import (
+    ConfigError,
+    Engine,
+    FakeClock,
+    NotFound,
+    NotificationState,
+    Retention,
+    SecretBox,
+    SendResult,
+    Store,
+)
+from tests.scripted import Script, setup, view
+from tests.virtual_time import VirtualEngines, until
+
+GONE = SendResult.gone("HTTP 410 Unregistered")
+S = NotificationState
+R0 = "user0@example.com"  # the recipient of the first notification of `setup`
+
+
+async def _two_tenants(engine: Engine) -> None:
+    """acme and beta, providers p and q (scripted)."""
+    for tenant in ("acme", "beta"):
+        await engine.add_tenant(tenant)
+    for provider in ("p", "q"):
+        await engine.add_provider(provider, "scripted")
+
+
+async def test_a_recipient_the_provider_says_is_gone_is_suppressed_from_then_on(
+    engines: VirtualEngines, script: Script, clock: FakeClock
+) -> None:
+    engine = await engines.open()
+    script.answers.append(GONE)
+    [nid] = await setup(engine)
+    await engine.start()
+
+    async def dead() -> bool:
+        return (await view(engine, nid)).state is S.DEAD
+
+    await until(clock, dead, what="the gone send dead")
+    [entry] = await engine.suppressions("acme")
+    assert (entry.provider, entry.source, entry.notification_id) == ("p", "provider", nid)
+    assert entry.reason == "HTTP 410 Unregistered"
+    assert entry.recipient_masked != R0 and "user0" not in entry.recipient_masked
+    await until(clock, lambda: engine.totals().gone == 1, what="the gone send counted")
+
+    again = await engine.enqueue("acme", "p", R0, {"n": 1}, key="again")
+    assert (again.suppressed, again.duplicate) == (True, False)
+    row = await view(engine, again.id)
+    assert row.state is S.SUPPRESSED
+    assert row.finished_at is not None and "suppression list" in (row.last_error or "")
+    other = await engine.enqueue("acme", "p", "r1", {"n": 2}, key="other")
+    assert not other.suppressed
+
+    async def other_sent() -> bool:
+        return (await view(engine, other.id)).state is S.DELIVERED
+
+    await until(clock, other_sent, what="the other recipient delivered")
+    assert [c.message.idempotency_key for c in script.calls] == ["k0", "other"]  # never "again"
+    assert engine.totals().suppressed == 1
+    # A repeat of the suppressed one's key names it, as any duplicate does.
+    repeat = await engine.enqueue("acme", "p", R0, {"n": 1}, key="again")
+    assert (repeat.id, repeat.duplicate, repeat.suppressed) == (again.id, True, False)
+
+
+async def test_a_gone_answer_records_the_recipient_once(
+    engines: VirtualEngines, script: Script, clock: FakeClock
+) -> None:
+    """Two notifications to the same recipient both answered gone (both were queued before the
+    first answer): one entry on the list."""
+    engine = await engines.open()
+    script.answers.extend([GONE, GONE])
+    await engine.add_tenant("acme")
+    await engine.add_provider("p", "scripted")
+    ids = [(await engine.enqueue("acme", "p", "same", {}, key=f"k{i}")).id for i in range(2)]
+    await engine.start()
+
+    async def both_dead() -> bool:
+        return all([(await view(engine, i)).state is S.DEAD for i in ids])
+
+    await until(clock, both_dead, what="both dead")
+    assert len(await engine.suppressions("acme")) == 1
+
+
+async def test_a_permanent_failure_that_is_not_gone_suppresses_nothing(
+    engines: VirtualEngines, script: Script, clock: FakeClock
+) -> None:
+    engine = await engines.open()
+    script.answers.append(SendResult.permanent("HTTP 400 BadDeviceToken"))
+    [nid] = await setup(engine)
+    await engine.start()
+
+    async def dead() -> bool:
+        return (await view(engine, nid)).state is S.DEAD
+
+    await until(clock, dead, what="dead")
+    assert await engine.suppressions("acme") == []
+    assert not (await engine.enqueue("acme", "p", R0, {}, key="next")).suppressed
+
+
+async def test_operators_add_and_remove_per_tenant_and_provider(
+    engines: VirtualEngines,
+) -> None:
+    engine = await engines.open()
+    await _two_tenants(engine)
+    assert await engine.suppress("acme", "p", ["a@x", "b@x", "a@x"], reason="imported") == 2
+    assert await engine.suppress("acme", "p", ["a@x", "c@x"]) == 1
+    listed = await engine.suppressions("acme")
+    assert [(e.provider, e.source, e.reason) for e in listed] == [
+        ("p", "operator", ""),
+        ("p", "operator", "imported"),
+        ("p", "operator", "imported"),
+    ]
+    results = await engine.enqueue_many(
+        "acme",
+        [
+            ("p", "a@x", {}, "1", 0),  # suppressed
+            ("q", "a@x", {}, "2", 0),  # another provider: sent
+            ("p", "d@x", {}, "3", 0),  # not on the list
+            ("p", "b@x", {}, "4", 0),  # suppressed
+        ],
+    )
+    assert [r.suppressed for r in results] == [True, False, False, True]
+    # Another tenant's notifications to the same recipients go out; its list is its own.
+    assert not (await engine.enqueue("beta", "p", "a@x", {}, key="b1")).suppressed
+    assert await engine.suppressions("beta") == []
+    assert {t: n for t, n in (await engine.suppression_counts()).items()} == {"acme": 3}
+
+    await engine.unsuppress("acme", "p", "a@x")
+    assert not (await engine.enqueue("acme", "p", "a@x", {}, key="5")).suppressed
+    with pytest.raises(NotFound, match="not on the tenant's suppression list"):
+        await engine.unsuppress("acme", "p", "a@x")
+    with pytest.raises(NotFound, match="not on the tenant's suppression list"):
+        await engine.unsuppress("beta", "p", "b@x")  # acme's entry, named by beta
+    with pytest.raises(NotFound, match="no provider named"):
+        await engine.suppress("acme", "nope", ["x"])
+    with pytest.raises(ConfigError, match="recipient must not be empty"):
+        await engine.suppress("acme", "p", ["ok", ""])
+    with pytest.raises(ConfigError, match="one printable line"):
+        await engine.suppress("acme", "p", ["ok"], reason="two\nlines")
+    assert len(await engine.suppressions("acme")) == 2  # the refused calls added nothing
+    # Paged newest first.
+    first = await engine.suppressions("acme", limit=1)
+    rest = await engine.suppressions("acme", limit=10, before=first[0].id)
+    assert [e.id for e in first + rest] == [e.id for e in await engine.suppressions("acme")]
+    assert await engine.suppressions("acme", provider="q") == []
+
+    audit = await engine.audit_entries(limit=20)
+    actions = [a.action for a in audit]
+    assert actions.count("suppression.add") == 2 and actions.count("suppression.remove") == 1
+    assert not any("a@x" in a.detail or "b@x" in a.detail for a in audit)
+
+
+async def test_the_lists_hold_across_a_key_rotation(store_url: str, tmp_path: object) -> None:
+    """Suppressed under key A; the keys become [B, A]: still suppressed (looked up under both);
+    after the rotation under B alone."""
+    old = SecretBox.generate_key()
+    new = SecretBox.generate_key()
+    async with Store(store_url, SecretBox([old])) as store:
+        await store.migrate()
+        engine = await _open(store)
+        await engine.add_tenant("acme")
+        await engine.add_provider("p", "file", options={"path": str(tmp_path) + "/out.jsonl"})
+        await engine.suppress("acme", "p", ["a@x"])
+        await engine.close()
+    async with Store(store_url, SecretBox([new, old])) as store:
+        engine = await _open(store)
+        assert (await engine.enqueue("acme", "p", "a@x", {}, key="before")).suppressed
+        report = await engine.rotate_keys()
+        assert {t.table: t.rewritten for t in report.tables}["suppressions"] == 1
+        await engine.close()
+    async with Store(store_url, SecretBox([new])) as store:
+        engine = await _open(store)
+        assert (await engine.enqueue("acme", "p", "a@x", {}, key="after")).suppressed
+        [entry] = await engine.suppressions("acme")
+        assert entry.recipient_masked == "a***@***"  # read under the new key
+        await engine.unsuppress("acme", "p", "a@x")
+        await engine.close()
+
+
+async def _open(store: Store) -> Engine:
+    from engine import BUILTIN_KINDS, LocalLimiter, SystemClock
+
+    engine = Engine(store, LocalLimiter(SystemClock()), BUILTIN_KINDS)
+    await engine.open()
+    return engine
+
+
+async def test_retention_forgets_old_entries_and_suppressed_notifications(
+    engines: VirtualEngines, clock: FakeClock
+) -> None:
+    engine = await engines.open()
+    await _two_tenants(engine)
+    await engine.suppress("acme", "p", ["a@x"])
+    suppressed = await engine.enqueue("acme", "p", "a@x", {}, key="s")
+    await engine.set_retention(suppressions_s=3600.0, dead_s=7200.0)
+    assert (await engine.prune(dry_run=True)).suppressions == 0
+    clock.advance(3601.0)
+    report = await engine.prune()
+    assert (report.suppressions, report.suppressed) == (1, 0)
+    assert await engine.suppressions("acme") == []
+    clock.advance(3600.0)
+    assert (await engine.prune()).suppressed == 1
+    tenant_id = engine.directory.tenant_id("acme")
+    assert tenant_id is not None
+    assert await engine.store.queue.get(tenant_id, suppressed.id) is None
+    assert Retention().suppressions_s == 365 * 86400.0
+    with pytest.raises(ConfigError, match="suppressed recipients"):
+        Retention().changed(suppressions_s=-1.0)
