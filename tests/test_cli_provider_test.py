@@ -1,0 +1,72 @@
+"""``omnipost provider test NAME RECIPIENT`` for the twilio, fcm and apns kinds, each configured
+with the CLI to point at its loopback server (``tests.provider_loopback``): one line that says
+the outcome, exit 0 only when delivered, and neither the recipient nor a secret in any output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.cli_support import Cli
+from tests.provider_loopback import (
+    KINDS,
+    ApnsLoopback,
+    BackgroundLoop,
+    FcmLoopback,
+    Loopback,
+    TwilioLoopback,
+    provider_flags,
+)
+
+pytestmark = pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+
+LOOPBACKS: dict[str, type[TwilioLoopback | FcmLoopback | ApnsLoopback]] = {
+    "twilio": TwilioLoopback,
+    "fcm": FcmLoopback,
+    "apns": ApnsLoopback,
+}
+# engine/api/notifications.py, test_send: the message it sends has the payload {"subject",
+# "text"}, which none of these kinds can send (they need a "body", or a "title" or "body").
+NO_BODY = "provider test sends a payload without a body or title, which these kinds refuse"
+
+
+def provider_test(cli: Cli, folder: Path, kind: str, *, locked: bool) -> tuple[Loopback, str, str]:
+    """``provider test`` through a provider of ``kind`` (``locked``: with credentials that its
+    server refuses), checked to print one line and nothing on standard error, to exit 0 when
+    not ``locked`` and 1 when it is; returns the server, the recipient and the line."""
+    loopback: Loopback = LOOPBACKS[kind]()
+    recipient = loopback.recipient(7)
+    with BackgroundLoop() as loop:
+        loopback.start(loop, folder)
+        flags = provider_flags(loopback.options(locked=locked))
+        cli.ok("provider", "add", "push", "--kind", kind, *flags)
+        result = cli("provider", "test", "push", recipient)
+    assert result.code == (1 if locked else 0), result
+    assert result.err == "" and result.out.count("\n") == 1, result
+    assert result.out.startswith("test send to ") and " via push: " in result.out
+    assert recipient not in result.out
+    assert not [t for t in cli.transcript for s in loopback.secrets if s in t], "secret shown"
+    return loopback, recipient, result.out
+
+
+@pytest.mark.xfail(strict=True, reason=NO_BODY)
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_test_send_is_delivered(kind: str, cli: Cli, tmp_path: Path) -> None:
+    loopback, recipient, out = provider_test(cli, tmp_path, kind, locked=False)
+    assert ": delivered" in out
+    assert [(h.recipient, h.status) for h in loopback.hits()] == [(recipient, loopback.ok_status)]
+
+
+@pytest.mark.xfail(strict=True, reason=NO_BODY)
+@pytest.mark.parametrize("kind", KINDS)
+def test_refused_credentials_make_a_test_send_unavailable(
+    kind: str, cli: Cli, tmp_path: Path
+) -> None:
+    _, _, out = provider_test(cli, tmp_path, kind, locked=True)
+    assert ": unavailable (" in out
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_failed_test_send_is_one_line_and_exit_1(kind: str, cli: Cli, tmp_path: Path) -> None:
+    provider_test(cli, tmp_path, kind, locked=True)
