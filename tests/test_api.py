@@ -48,7 +48,7 @@ def _all(served: Served, tenant: str = "acme", **params: Any) -> list[dict[str, 
     return list(answer.json()["notifications"])
 
 
-def test_queue_look_page_cancel_and_limits(served: Served) -> None:
+def test_queue_look_page_cancel_and_limits(served: Served, cli: Cli) -> None:
     first = served.post("acme", ONE)
     assert first.status_code == 202
     one = first.json()
@@ -91,6 +91,16 @@ def test_queue_look_page_cancel_and_limits(served: Served) -> None:
         _problem(c.get("/v1/notifications", params={"provider": "\x00x"}), 422)
         _problem(c.get("/v1/notifications", params={"cursor": "not-ours"}), 422)
         _problem(c.get("/v1/notifications", params={"state": "lost"}), 422)
+
+        # A recipient on the tenant's suppression list: answered, never queued.
+        cli.ok("suppression", "add", "acme", "sim", "gone@example.com")
+        gone = c.post("/v1/notifications", json={**ONE, "recipient": "gone@example.com"})
+        assert gone.status_code == 202 and gone.json()["state"] == "suppressed", gone.text
+        shown = c.get(f"/v1/notifications/{gone.json()['id']}").json()
+        assert shown["state"] == "suppressed" and "suppression list" in shown["last_error"]
+        only = c.get("/v1/notifications", params={"state": "suppressed"}).json()
+        assert [n["id"] for n in only["notifications"]] == [gone.json()["id"]]
+        _problem(c.post(f"/v1/notifications/{gone.json()['id']}/cancel"), 409)
 
         limits = c.get("/v1/limits").json()
         assert limits["tenant"] == "acme" and limits["queued"] == 5

@@ -229,6 +229,7 @@ async def test_each_answer_maps_onto_an_outcome(
             await provider.aclose()
     assert result.outcome is outcome, result
     assert result.is_provider_fault is fault
+    assert result.recipient_gone is (answer[0] == 410)  # Unregistered: suppressed
     assert DEVICE not in result.detail and answer[1]["reason"] in result.detail
     if outcome is Outcome.THROTTLED:
         assert result.retry_after_s == 4.0

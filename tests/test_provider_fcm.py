@@ -200,6 +200,7 @@ async def test_each_answer_maps_onto_an_outcome(
             await provider.aclose()
     assert result.outcome is outcome, result
     assert result.is_provider_fault is fault
+    assert result.recipient_gone is (b"UNREGISTERED" in reply.body)  # suppressed from now on
     assert DEVICE not in result.detail and "ya29" not in result.detail
     if outcome is Outcome.THROTTLED:
         assert result.retry_after_s == 9.0

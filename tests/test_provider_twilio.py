@@ -100,6 +100,7 @@ async def test_each_answer_maps_onto_an_outcome(
             await provider.aclose()
     assert result.outcome is outcome, result
     assert result.is_provider_fault is fault
+    assert result.recipient_gone is (b"21610" in reply.body)  # replied STOP: suppressed
     assert "+15551230000" not in result.detail and TOKEN not in result.detail
     if reply.headers.get("Retry-After") == "7":
         assert result.retry_after_s == 7.0

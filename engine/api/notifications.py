@@ -11,7 +11,16 @@ from engine.core.domain import Message, NotificationState, SendResult, check_rec
 from engine.core.errors import ConfigError, NotFound
 from engine.store import DeliveryEntry, EnqueueResult, NewNotification, NotificationView
 
-__all__ = ["NotificationsApi"]
+__all__ = ["TEST_PAYLOAD", "NotificationsApi"]
+
+# What ``test_send`` sends when given no payload: every built-in kind finds its text in it (an
+# email's subject and text, an SMS's body, a push's title and body).
+TEST_PAYLOAD = {
+    "subject": "OmniPost test",
+    "text": "A test send from OmniPost.",
+    "title": "OmniPost test",
+    "body": "A test send from OmniPost.",
+}
 
 
 class NotificationsApi(EngineParts):
@@ -145,7 +154,7 @@ class NotificationsApi(EngineParts):
             tenant="omnipost-test",
             provider=provider,
             recipient=recipient,
-            payload=payload or {"subject": "OmniPost test", "text": "A test send from OmniPost."},
+            payload=payload or dict(TEST_PAYLOAD),
             idempotency_key=f"test-{uuid.uuid4().hex}",
             attempt=1,
         )
