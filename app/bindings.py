@@ -283,7 +283,7 @@ _COMMANDS: dict[str, Command] = {
         ctx, a.tenant, a.provider, a.recipients, path=a.file, reason=a.reason
     ),
     "suppression remove": lambda a, ctx: commands.suppression.suppression_remove(
-        ctx, a.tenant, a.provider, a.recipient
+        ctx, a.tenant, a.provider, a.recipient, ids=a.ids or ()
     ),
 }
 

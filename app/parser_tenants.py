@@ -123,7 +123,14 @@ def suppression_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         "--file", metavar="FILE", help="also the recipients of FILE, one a line (- : stdin)"
     )
     p.add_argument("--reason", default="", help="why (shown in listings)")
-    p = action.add_parser("remove", parents=[common], help="send to a suppressed recipient again")
+    p = action.add_parser(
+        "remove",
+        parents=[common],
+        help="send to a suppressed recipient again: PROVIDER RECIPIENT, or --id as listed",
+    )
     p.add_argument("tenant")
-    p.add_argument("provider")
-    p.add_argument("recipient")
+    p.add_argument("provider", nargs="?")
+    p.add_argument("recipient", nargs="?")
+    p.add_argument(
+        "--id", type=int, action="append", dest="ids", metavar="ID", help="an entry's id (repeat)"
+    )

@@ -82,6 +82,13 @@ def test_add_from_a_file_and_from_stdin_and_page_the_list(
     assert len(rest) == 1 and rest[0]["id"] < first[-1]["id"]
     assert cli.json("suppression", "list", "acme", "--provider", "sms") == []
     assert cli.json("suppression", "list", "beta") == []
+    # By id, as listed: another tenant's ids are not its own.
+    ids = [str(e["id"]) for e in first[:2]]
+    result = cli("suppression", "remove", "beta", "--id", ids[0])
+    assert (result.code, result.out) == (1, "removed 0 of 1 entries from beta's suppression list\n")
+    out = cli.ok("suppression", "remove", "acme", "--id", ids[0], "--id", ids[1])
+    assert out == "removed 2 of 2 entries from acme's suppression list\n"
+    assert len(cli.json("suppression", "list", "acme")) == 2
 
 
 @pytest.mark.parametrize(
@@ -98,6 +105,8 @@ def test_add_from_a_file_and_from_stdin_and_page_the_list(
         (["suppression", "list", "acme", "--limit", "0"], "the limit must be 1 to 1000"),
         (["suppression", "list", "acme", "--limit", "x"], "invalid int value"),
         (["suppression", "list"], "the following arguments are required"),
+        (["suppression", "remove", "acme", "sms"], "give PROVIDER RECIPIENT, or --id"),
+        (["suppression", "remove", "acme", "sms", PHONE, "--id", "1"], "not both"),
     ],
 )
 def test_bad_input_is_one_sentence_and_changes_nothing(

@@ -35,7 +35,7 @@ from engine import (
     read_tenant_file,
 )
 from ui.command import command
-from ui.keys_bridge import KeyCommands
+from ui.suppression_bridge import SuppressionCommands
 
 __all__ = ["Bridge"]
 
@@ -45,7 +45,7 @@ P = ParamSpec("P")
 DemoSeeder = Callable[[Engine], Awaitable[object]]
 
 
-class Bridge(KeyCommands):
+class Bridge(SuppressionCommands):
     pruned = Signal(object)  # PruneReport of this console's "prune now"
     test_sent = Signal(str)
     notice = Signal(str)

@@ -32,6 +32,7 @@ from ui.views.queue import QueueView
 from ui.views.settings import SettingsDialog
 from ui.views.simulator import SimulatorView
 from ui.views.store import StoreView
+from ui.views.suppressions import SuppressionsView
 from ui.views.tenants import TenantsView
 from ui.views.workers import WorkersView
 from ui.widgets import MessageBar
@@ -77,6 +78,7 @@ class MainWindow(QMainWindow):
         self.workers_view = WorkersView(bridge)
         self.store_view = StoreView(bridge)
         self.apikeys_view = ApiKeysView(bridge)
+        self.suppressions_view = SuppressionsView(bridge)
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
         for view, title in self.views():
@@ -111,6 +113,7 @@ class MainWindow(QMainWindow):
             (self.workers_view, "Workers"),
             (self.store_view, "Store && retention"),
             (self.apikeys_view, "API keys"),
+            (self.suppressions_view, "Suppressions"),
         ]
 
     # -- actions and shortcuts -------------------------------------------------------------

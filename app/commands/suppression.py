@@ -80,9 +80,27 @@ async def suppression_add(
     return 0
 
 
-async def suppression_remove(ctx: Context, tenant: str, provider: str, recipient: str) -> int:
-    """Take ``recipient`` off the tenant's list for ``provider``: it is sent to again."""
+async def suppression_remove(
+    ctx: Context,
+    tenant: str,
+    provider: str | None,
+    recipient: str | None,
+    *,
+    ids: Sequence[int] = (),
+) -> int:
+    """Take ``recipient`` off the tenant's list for ``provider`` (or the entries ``ids``, as
+    listed): it is sent to again. Exit 1 when some of the ids were not the tenant's."""
+    if ids and (provider or recipient):
+        raise ConfigError("give PROVIDER RECIPIENT or --id, not both.")
+    if not ids:
+        if provider is None or recipient is None:
+            raise ConfigError("give PROVIDER RECIPIENT, or --id with an entry's id.")
+        async with open_engine(ctx) as engine:
+            await engine.unsuppress(tenant, provider, recipient)
+        print(f"removed the recipient from {tenant}'s suppression list for {provider}")
+        return 0
+    wanted = len(set(ids))
     async with open_engine(ctx) as engine:
-        await engine.unsuppress(tenant, provider, recipient)
-    print(f"removed the recipient from {tenant}'s suppression list for {provider}")
-    return 0
+        removed = await engine.unsuppress_ids(tenant, ids)
+    print(f"removed {removed} of {wanted} entries from {tenant}'s suppression list")
+    return 0 if removed == wanted else 1

@@ -71,6 +71,17 @@ class SuppressionApi(EngineParts):
             actor=self.actor,
         )
 
+    async def unsuppress_ids(self, tenant: str, ids: Sequence[int]) -> int:
+        """Take ``tenant``'s entries ``ids`` (as listed) off its list; an id that is not the
+        tenant's is left alone. Returns how many were taken off. NotFound for an unknown
+        tenant."""
+        tenant_id, _ = await self._ids(tenant)
+        if not ids:
+            return 0
+        return await self.store.suppressions.remove_ids(
+            tenant_id, list(dict.fromkeys(ids)), now=self.clock.wall(), actor=self.actor
+        )
+
     async def unsuppress(self, tenant: str, provider: str, recipient: str) -> None:
         """Take ``recipient`` off ``tenant``'s list for ``provider``: later notifications to it
         are sent again. NotFound when it is not on the list (or no such tenant or provider)."""

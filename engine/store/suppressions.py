@@ -227,6 +227,21 @@ class SuppressionRepo:
 
         return await self._db.write(tx)
 
+    async def remove_ids(
+        self, tenant_id: int, ids: Sequence[int], *, now: float, actor: str
+    ) -> int:
+        """Take the tenant's entries ``ids`` off its list (others' ids are not its: left alone),
+        audited; returns how many were."""
+
+        async def tx(conn: AsyncConnection) -> int:
+            removed = await _gone_ids(conn, tenant_id, ids)
+            if removed:
+                detail = {"ids": sorted(ids)[:100], "removed": removed}
+                await write_audit(conn, now, actor, "suppression.remove", tenant_id, detail)
+            return removed
+
+        return await self._db.write(tx)
+
     async def remove(
         self,
         tenant_id: int,
@@ -258,6 +273,11 @@ class SuppressionRepo:
             )
 
         await self._db.write(tx)
+
+
+async def _gone_ids(conn: AsyncConnection, tenant_id: int, ids: Sequence[int]) -> int:
+    result = await conn.execute(S.delete().where(S.c.tenant_id == tenant_id, S.c.id.in_(ids)))
+    return int(result.rowcount)
 
 
 async def _present(

@@ -49,6 +49,7 @@ class QueueView(QWidget):
             self.state.addItem(state.value, state.value)
         self.state.addItem("delivered", NotificationState.DELIVERED.value)
         self.state.addItem("cancelled", NotificationState.CANCELLED.value)
+        self.state.addItem("suppressed", NotificationState.SUPPRESSED.value)
         self.state.addItem("any state", "")
         self.tenant.activated.connect(lambda _index: self.reload())
         line = self.tenant.lineEdit()

@@ -1,0 +1,54 @@
+"""The console's calls for tenants' suppression lists: list, add (typed or from a file), remove."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from PySide6.QtCore import Signal
+
+from ui.command import command
+from ui.keys_bridge import KeyCommands
+
+__all__ = ["SuppressionCommands"]
+
+SHOWN = 1000  # entries listed at once, newest first
+
+
+class SuppressionCommands(KeyCommands):
+    suppressions_loaded = Signal(str, object)  # tenant, list[SuppressionRecord] (masked)
+    suppressions_changed = Signal(str)  # what a change did, one sentence
+
+    @command
+    async def load_suppressions(self, tenant: str, provider: str = "") -> None:
+        """Send ``tenant``'s newest entries (only ``provider``'s if given) on
+        ``suppressions_loaded``."""
+        await self._send_suppressions(tenant, provider)
+
+    async def _send_suppressions(self, tenant: str, provider: str) -> None:
+        found = await self._engine.suppressions(tenant, provider=provider or None, limit=SHOWN)
+        self.suppressions_loaded.emit(tenant, found)
+
+    @command
+    async def suppress(
+        self, tenant: str, provider: str, recipients: Sequence[str], reason: str, shown: str = ""
+    ) -> None:
+        """Put ``recipients`` on ``tenant``'s list for ``provider`` (audited), then list the
+        entries again (``shown``: the provider the view filters on)."""
+        added = await self._engine.suppress(tenant, provider, list(recipients), reason=reason)
+        known = len(set(recipients)) - added
+        also = f" ({known} already were)" if known else ""
+        self.suppressions_changed.emit(
+            f"Suppressed {added} recipient{'' if added == 1 else 's'} of {tenant} for"
+            f" {provider}{also}."
+        )
+        await self._send_suppressions(tenant, shown)
+
+    @command
+    async def unsuppress_ids(self, tenant: str, ids: Sequence[int], shown: str = "") -> None:
+        """Take ``tenant``'s entries ``ids`` off its list (audited), then list them again."""
+        removed = await self._engine.unsuppress_ids(tenant, list(ids))
+        self.suppressions_changed.emit(
+            f"Removed {removed} entr{'y' if removed == 1 else 'ies'} from {tenant}'s list: "
+            "notifications to them are sent again."
+        )
+        await self._send_suppressions(tenant, shown)
