@@ -117,11 +117,19 @@ def known_snapshot(ts: float = 1_000.0) -> Snapshot:
             BucketLevel(BucketKey.for_pair("acme", "sms"), 1.0, 2.0, 1.0, blocked_for_s=3.0),
         ),
         depth=(
-            TenantDepth("acme", 7, 2, 40, 1, oldest_queued_age_s=12.5),
+            TenantDepth("acme", 7, 2, 40, 1, oldest_queued_age_s=12.5, suppressed=3),
             TenantDepth("globex", 0, 0, 3, 0, oldest_queued_age_s=None),
         ),
         totals=Counters(
-            delivered=43, throttled=2, failed=1, dead=1, takeovers=4, reaped=5, stale_tokens=6
+            delivered=43,
+            throttled=2,
+            failed=1,
+            dead=1,
+            takeovers=4,
+            reaped=5,
+            stale_tokens=6,
+            suppressed=7,
+            gone=2,
         ),
         delivered_per_s=1.0,
         throttled_per_s=0.0,
@@ -140,7 +148,9 @@ def known_snapshot(ts: float = 1_000.0) -> Snapshot:
         ),
         send_durations=(Histogram("sms", (0.1, 1.0), (5, 9), 10, 4.5),),
         delivery_latencies=(Histogram("sms", (1.0,), (2,), 3, 7.0),),
-        queue=QueueTotals(queued=7, leased=2, delivered=43, dead=1, tenants_queued=None),
+        queue=QueueTotals(
+            queued=7, leased=2, delivered=43, dead=1, suppressed=3, tenants_queued=None
+        ),
     )
 
 
@@ -158,6 +168,10 @@ EXPECTED: list[tuple[str, frozenset[tuple[str, str]], float]] = [
     ("omnipost_lease_takeovers_total", labels(), 4),
     ("omnipost_leases_reaped_total", labels(), 5),
     ("omnipost_stale_tokens_total", labels(), 6),
+    ("omnipost_notifications_suppressed_total", labels(), 7),
+    ("omnipost_recipients_gone_total", labels(), 2),
+    ("omnipost_queue_notifications", labels(state="suppressed"), 3),
+    ("omnipost_queue_depth", labels(tenant="acme", state="suppressed"), 3),
     ("omnipost_queue_notifications", labels(state="queued"), 7),
     ("omnipost_queue_notifications", labels(state="delivered"), 43),
     ("omnipost_queue_depth", labels(tenant="acme", state="queued"), 7),
