@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import importlib
 import os
 from collections.abc import Callable, Coroutine
@@ -33,7 +34,7 @@ from engine import (
     limit_of,
 )
 
-__all__ = ["run_command"]
+__all__ = ["prepare_command"]
 
 
 EXIT_FAILURE = 1
@@ -315,15 +316,16 @@ def _docs() -> ModuleType:
     return docs
 
 
-def run_command(args: argparse.Namespace) -> int:
-    """Run the command ``args`` name; its exit code."""
+def prepare_command(args: argparse.Namespace) -> Callable[[], int]:
+    """The command ``args`` name, ready: its modules imported and the keys read. Calling it
+    runs the command and returns its exit code."""
     paths = Paths.from_env()
     if args.command == "keys" and args.action == "new":  # needs no store, nor the keys
-        return commands.keys.new_key(paths, add=args.add)
+        return functools.partial(commands.keys.new_key, paths, add=args.add)
     ctx = Context(paths, store_url(args.db or args.db_top, paths), load_box(paths))
     if args.command is None or args.command in ("console", "self-test"):
-        return _run_gui(args.gui, args, ctx)
+        return functools.partial(_run_gui, args.gui, args, ctx)
     if args.command == "serve":  # uvicorn runs its own loop (or processes)
-        return _serve(args, ctx)
+        return functools.partial(_serve, args, ctx)
     words = " ".join(w for w in (args.command, getattr(args, "action", None)) if w)
-    return asyncio.run(_COMMANDS[words](args, ctx))
+    return functools.partial(asyncio.run, _COMMANDS[words](args, ctx))

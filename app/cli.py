@@ -4,16 +4,23 @@ stderr), 1 on a runtime failure; never a traceback.
 This module parses the flags and turns errors into sentences; what a command runs is
 ``app.bindings``, imported once the flags are parsed: ``omnipost --version`` and ``--help``
 answer without the store, the engine or the providers.
+
+A command's modules make some 100,000 objects (SQLAlchemy half of them) that stay until the
+process exits, and the garbage collector would walk them again and again for nothing: a few
+times while they load, and in collection after collection at exit. So ``omnipost``
+loads them with the collector off, freezes what they made out of its sight (``gc.freeze``),
+and freezes the heap at exit after one last collection: 0.13 s of ``tenant list``'s 0.5 s.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from app.parser import EXIT_USAGE, build_parser, one_line
 from engine import ConfigError, Conflict, NotFound, OmniPostError
@@ -24,6 +31,8 @@ EXIT_FAILURE = 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command ``argv`` names (None: the process's own arguments, as ``omnipost``
+    and ``python -m app`` run it); its exit code."""
     atexit.unregister(_freeze_at_exit)  # registered once, however often main runs
     atexit.register(_freeze_at_exit)
     args = build_parser().parse_args(argv)
@@ -32,9 +41,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        from app.bindings import run_command  # the commands' imports, once a command runs
+        with _loading(own_process=argv is None):
+            from app.bindings import prepare_command  # the commands' imports, once one runs
 
-        return run_command(args)
+            command = prepare_command(args)
+        return command()
     except (ConfigError, NotFound, Conflict) as exc:
         print(f"omnipost: {one_line(exc.message)}", file=sys.stderr)
         return EXIT_USAGE
@@ -47,6 +58,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `omnipost stats | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_FAILURE
+
+
+@contextlib.contextmanager
+def _loading(*, own_process: bool) -> Iterator[None]:
+    """Around the imports of a command that has the process to itself (``own_process``):
+    no garbage collection while they load, then what they made is frozen out of the
+    collector's sight, for the command's run and its exit. A caller that runs ``main`` in its
+    own process (the tests) keeps its collector as it was, and nothing of its is frozen."""
+    if not own_process or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.enable()
 
 
 def _freeze_at_exit() -> None:
