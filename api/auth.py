@@ -13,6 +13,7 @@ from fastapi import Request
 from api.coalesce import Coalescer
 from api.metrics import ApiMetrics
 from api.problems import ProblemError
+from api.recent import Recent
 from api.throttle import KeyBuckets, Verdict
 from engine import ApiKeyRecord, Engine, Limit, TenantRecord
 
@@ -23,7 +24,6 @@ _TENANT_TTL_S = 5.0  # a tenant's request limit and queue cap are read again thi
 # within a second, and a caller's requests cost no read of the store each.
 KEY_TTL_S = 1.0
 _QUEUED_TTL_S = 1.0  # a tenant's queued count is read again this often (see ``queued``)
-_KEPT = 65_536  # entries of each cache before it is emptied
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="omnipost"'}
 
 
@@ -58,9 +58,9 @@ class Door:
         # SQLite writes one transaction at a time; Postgres overlaps a few.
         writers = 1 if engine.store_url.startswith("sqlite") else 4
         self.coalescer = Coalescer(engine, writers=writers)
-        self._tenants: dict[str, tuple[float, TenantRecord]] = {}
-        self._keys: dict[str, tuple[float, ApiKeyRecord]] = {}  # by the key's SHA-256
-        self._queued: dict[str, list[float]] = {}  # tenant -> [read at, count, added since]
+        self._tenants = Recent[TenantRecord](_TENANT_TTL_S)
+        self._keys = Recent[ApiKeyRecord | None](KEY_TTL_S, keep=_known)  # by the key's SHA-256
+        self._queued = Recent[list[int]](_QUEUED_TTL_S)  # tenant -> [count, added since]
 
     async def admit(self, request: Request, need: str | None) -> Caller:
         """The caller of ``request`` if its key is live, allows ``need`` (``send``/``read``;
@@ -95,50 +95,30 @@ class Door:
         return Caller(record.tenant, record.id, record.scope, verdict)
 
     async def _check(self, key: str) -> ApiKeyRecord | None:
-        """The live key ``key`` is, as the store said at most ``KEY_TTL_S`` ago."""
+        """The live key ``key`` is, as the store said at most ``KEY_TTL_S`` ago (an unknown
+        key is asked about each time)."""
         digest = hashlib.sha256(key.encode()).hexdigest()
-        now = time.monotonic()
-        kept = self._keys.get(digest)
-        if kept is not None and now - kept[0] < KEY_TTL_S:
-            return kept[1]
-        record = await self.engine.check_api_key(key)
-        if record is None:
-            self._keys.pop(digest, None)
-            return None
-        if len(self._keys) >= _KEPT:
-            self._keys.clear()
-        self._keys[digest] = (now, record)
-        return record
+        return await self._keys.get(digest, lambda: self.engine.check_api_key(key))
 
     async def queued(self, tenant: str) -> int:
         """About how many notifications ``tenant`` holds queued: the store's count, read at
         most ``_QUEUED_TTL_S`` ago, plus what this server queued for it since. Requests in
         other processes meanwhile are not in it: the cap holds to within a second's intake."""
-        now = time.monotonic()
-        kept = self._queued.get(tenant)
-        if kept is None or now - kept[0] >= _QUEUED_TTL_S:
-            if len(self._queued) >= _KEPT:
-                self._queued.clear()
-            kept = self._queued[tenant] = [now, await self.engine.queued_count(tenant), 0]
-        return int(kept[1] + kept[2])
+        kept = await self._queued.get(tenant, lambda: self._count(tenant))
+        return kept[0] + kept[1]
+
+    async def _count(self, tenant: str) -> list[int]:
+        return [await self.engine.queued_count(tenant), 0]
 
     def added(self, tenant: str, count: int) -> None:
         """``count`` notifications were just queued for ``tenant`` here."""
-        kept = self._queued.get(tenant)
+        kept = self._queued.peek(tenant)
         if kept is not None:
-            kept[2] += count
+            kept[1] += count
 
     async def tenant(self, name: str) -> TenantRecord:
         """The tenant's record, read at most every few seconds."""
-        now = time.monotonic()
-        kept = self._tenants.get(name)
-        if kept is not None and now - kept[0] < _TENANT_TTL_S:
-            return kept[1]
-        record = await self.engine.tenant(name)
-        if len(self._tenants) > 65_536:
-            self._tenants.clear()
-        self._tenants[name] = (now, record)
-        return record
+        return await self._tenants.get(name, lambda: self.engine.tenant(name))
 
     def request_limit(self, tenant: TenantRecord) -> Limit:
         limit = tenant.api_limit or self.settings.api_limit
@@ -149,6 +129,10 @@ class Door:
 
     def max_queued(self, tenant: TenantRecord) -> int:
         return tenant.max_queued or self.settings.max_queued
+
+
+def _known(record: ApiKeyRecord | None) -> bool:
+    return record is not None
 
 
 def _rate(limit: Limit) -> str:
