@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Header, Path, Query, Request, Response
 
 from api.auth import Caller, Door
+from api.direct import direct_post
 from api.models import (
     NAME_PATTERN,
     Batch,
@@ -81,7 +82,8 @@ async def _notification(door: Door, view: NotificationView) -> Notification:
 # -- queue ----------------------------------------------------------------------------------
 
 
-@router.post(
+@direct_post(
+    router,
     "/notifications",
     status_code=202,
     response_model=Queued | BatchAnswer,
