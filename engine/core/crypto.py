@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hmac
+import hashlib
 import os
 from collections.abc import Sequence
 
@@ -131,16 +131,18 @@ class SecretBox:
             raise _undecryptable() from exc
 
     def digest(self, plaintext: str) -> str:
-        """A keyed digest of ``plaintext`` (HMAC-SHA256 under a key derived from the newest
-        key, hex): equal plaintexts give equal digests, so a secret can be looked up without
-        being stored in the clear, and without the keys nobody can test a guess against it."""
-        return hmac.digest(self._newest.mac_key, plaintext.encode("utf-8"), "sha256").hex()
+        """A keyed digest of ``plaintext`` (BLAKE2b in its keyed mode, a MAC, under a key
+        derived from the newest key; 32 bytes, hex): equal plaintexts give equal digests, so a
+        secret can be looked up without being stored in the clear, and without the keys nobody
+        can test a guess against it. Keyed BLAKE2b rather than HMAC-SHA256: a third of the
+        time (0.6 against 2 us here), paid on every enqueue."""
+        return _mac(self._newest.mac_key, plaintext.encode("utf-8"))
 
     def digests(self, plaintext: str) -> tuple[str, ...]:
         """``digest`` under every configured key, the newest first: what a lookup must try
         while ``keys rotate`` has not yet recomputed the digests made under an older key."""
         data = plaintext.encode("utf-8")
-        return tuple(hmac.digest(key.mac_key, data, "sha256").hex() for key in self._keys)
+        return tuple(_mac(key.mac_key, data) for key in self._keys)
 
     def rotate(self, token: str) -> str:
         """Re-encrypt ``token`` under the newest key, in the current format; raises as
@@ -164,6 +166,10 @@ class SecretBox:
     def __repr__(self) -> str:
         source = f", source={self.source!r}" if self.source else ""
         return f"SecretBox(keys={self._count}{source})"
+
+
+def _mac(key: bytes, data: bytes) -> str:
+    return hashlib.blake2b(data, key=key, digest_size=32).hexdigest()
 
 
 def _undecryptable() -> SecretUnreadable:

@@ -310,7 +310,7 @@ api_requests = sa.Table(
 
 # Each tenant's suppression list (migration 0010): recipients a provider said are gone for good
 # (or an operator added), per provider. ``digest`` is ``SecretBox.digest`` of the recipient (a
-# keyed HMAC: looked up on every enqueue without the recipient in the clear); ``recipient`` is a
+# keyed BLAKE2b: looked up on every enqueue without the recipient in the clear); ``recipient`` is a
 # SecretBox token, for listing them masked and recomputing digests when the keys rotate.
 suppressions = sa.Table(
     "suppressions",
