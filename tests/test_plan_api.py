@@ -112,6 +112,39 @@ async def test_real_providers_are_modelled_on_their_recent_sends(
     assert all(s.send_s is not None and s.send_s >= 0 for s in sends)
 
 
+@pytest.mark.parametrize(
+    ("kind", "options", "secrets"),
+    [
+        ("twilio", {"account_sid": "AC" + "0" * 32, "from": "+15550001111"}, {"auth_token": "t"}),
+        ("apns", {"team_id": "TEAM123456", "key_id": "KEY1234567", "topic": "com.x"}, None),
+    ],
+)
+async def test_sms_and_push_providers_are_planned_as_any_real_provider(
+    make_engine: EngineFactory, kind: str, options: dict[str, str], secrets: dict[str, str] | None
+) -> None:
+    """Nothing is sent: the plan models the provider (assumed until it has sent) and paces the
+    burst at its limit."""
+    engine = await make_engine()
+    await engine.add_tenant("acme")
+    if secrets is None:  # apns: a real P-256 key, as the kind checks it when it is configured
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        pem = ec.generate_private_key(ec.SECP256R1()).private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        secrets = {"signing_key": pem.decode()}
+    await engine.add_provider("out", kind, Limit(10, 10), options, secrets)
+    setup = await engine.plan_setup()
+    assert setup.models["out"].source.startswith("assumed (only 0 recent sends")
+    report = await engine.plan(BurstTraffic(("acme",), "out", 100))
+    acme = report.current.tenant("acme")
+    assert acme.notifications == 100
+    assert acme.drain_s == pytest.approx(9.0, abs=0.2)  # 10 at once, then 10/s
+
+
 async def test_a_plan_refuses_what_it_cannot_plan(make_engine: EngineFactory) -> None:
     engine = await make_engine()
     await engine.add_tenant("acme")
