@@ -7,8 +7,9 @@ key, APNs over HTTP/2 and TLS (ALPN ``h2``, a test certificate the provider trus
 ``ca_file``) checking the ES256 JWT. Here they run on an event loop of their own thread
 (``BackgroundLoop``), so they keep answering while the test waits on a worker process or runs
 the CLI in-process; each answers a recipient from its ``Plans`` (a 429 first, a 503 first, a
-400) once the request passed the vendor's checks, and records every send as a ``Hit``. Also the
-two steps of a run: ``enqueue`` through the CLI and ``run_worker``, a worker process.
+400, the vendor's "gone for good") once the request passed the vendor's checks, and records
+every send as a ``Hit``. Also the two steps of a run: ``enqueue`` through the CLI and
+``run_worker``, a worker process.
 """
 
 from __future__ import annotations
@@ -53,8 +54,10 @@ __all__ = [
 
 T = TypeVar("T")
 KINDS = ("twilio", "fcm", "apns")
-Step = Literal["throttle", "fail", "refuse"]
-# Every kind answers a step with the same status: throttled, transient, permanent.
+Step = Literal["throttle", "fail", "refuse", "gone"]
+# Every kind answers these steps with the same status: throttled, transient, permanent. "gone"
+# (the recipient is gone for good: permanent, and suppressed) has each vendor's own status and
+# code, the loopback's ``gone``.
 STEP_STATUS: dict[Step, int] = {"throttle": 429, "fail": 503, "refuse": 400}
 Options = tuple[dict[str, str], dict[str, str]]  # a provider's options and secrets
 PAYLOAD = {"title": "Order 42", "body": "Your order is on its way."}  # SMS text, push alert
@@ -160,6 +163,7 @@ class Loopback(Protocol):
     ok_status: int
     plans: Plans
     secrets: tuple[str, ...]  # texts that must never show in an output
+    gone: tuple[int, str]  # the status and vendor code of the "gone" step
 
     def start(self, loop: BackgroundLoop, folder: Path) -> None: ...
 
@@ -193,7 +197,9 @@ class TwilioLoopback:
         "throttle": twilio._error(429, 20429, "Too Many Requests", **{"Retry-After": "1"}),
         "fail": twilio._error(503, 20500, "Internal Server Error"),
         "refuse": twilio._error(400, 21211, "The 'To' number is not a valid phone number."),
+        "gone": twilio._error(400, 21610, "Attempt to send to unsubscribed recipient"),  # STOP
     }
+    gone = (400, "21610")
 
     def __init__(self, plans: Plans | None = None) -> None:
         self.plans = plans or Plans()
@@ -248,7 +254,9 @@ class FcmLoopback:
         ),
         "fail": fcm._error(503, "UNAVAILABLE", "UNAVAILABLE", "try later"),
         "refuse": fcm._error(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "not a valid token"),
+        "gone": fcm._error(404, "NOT_FOUND", "UNREGISTERED", "Requested entity was not found."),
     }
+    gone = (404, "UNREGISTERED")
 
     def __init__(
         self, plans: Plans | None = None, *, lifetime_s: int = 3600, revoke_first: bool = False
@@ -315,7 +323,10 @@ class ApnsLoopback:
         "throttle": (429, {"reason": "TooManyRequests"}),  # Apple's Retry-After: 4
         "fail": (503, {"reason": "ServiceUnavailable"}),
         "refuse": (400, {"reason": "BadDeviceToken"}),
+        # the app was removed from the device: the last time (ms) the token was valid
+        "gone": (410, {"reason": "Unregistered", "timestamp": 1_764_892_800_000}),
     }
+    gone = (410, "Unregistered")
 
     def __init__(self, plans: Plans | None = None) -> None:
         self.plans = plans or Plans()

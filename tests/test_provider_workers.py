@@ -4,7 +4,10 @@ loopback server of the vendor's API (``tests.provider_loopback``) with the right
 the other with credentials the server refuses. One worker run per kind and store covers every
 outcome, by recipient: delivered; throttled first (429 with Retry-After, then delivered, no
 attempt spent); failing first (503, then delivered on a retry); refused (400, dead at once);
-and, for the refused credentials, the circuit opens and everything stays queued, nothing dead.
+gone for good (the vendor's own answer: dead at once, and the recipient on the tenant's
+suppression list for the provider, so that a notification to it enqueued afterwards is
+suppressed); and, for the refused credentials, the circuit opens and everything stays queued,
+nothing dead.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ CASES: dict[str, tuple[list[Step], NotificationState, int]] = {
     "throttled": (["throttle"], DELIVERED, 0),  # a 429 spends no attempt
     "transient": (["fail"], DELIVERED, 1),
     "permanent": (["refuse"], DEAD, 0),
+    "gone": (["gone"], DEAD, 0),  # and suppressed from then on
 }
 PER_CASE = 2
 LOCKED = 3  # notifications through the provider whose credentials are refused: its circuit
@@ -107,6 +111,12 @@ def test_every_outcome_through_a_worker_process(
             + [(k, "locked", r) for k, r in locked.items()],
         )
         code, log = run_worker(tmp_path, store_url, CONCURRENCY[kind])
+        # Enqueued again after the run: suppressed (never queued) only when it was gone.
+        again = {
+            key: cli.ok("enqueue", "acme", "push", recipients[key], "--key", f"again-{key}")
+            for key, case in cases.items()
+            if case in ("gone", "permanent")
+        }
     views = asyncio.run(_views(store_url, tmp_path))
 
     # Stopped when only the locked provider's notifications were left, held by its circuit.
@@ -115,14 +125,16 @@ def test_every_outcome_through_a_worker_process(
     answered: dict[str, list[int]] = {}
     for hit in loopback.hits():
         answered.setdefault(hit.recipient, []).append(hit.status)
+    status = {**STEP_STATUS, "gone": loopback.gone[0]}
     for key, recipient in recipients.items():
         steps, state, failures = CASES[cases[key]]
         view = views[key]
         assert (view.state, view.failures) == (state, failures), (key, view)
         ok = [loopback.ok_status] if state is DELIVERED else []
-        assert answered[recipient] == [STEP_STATUS[s] for s in steps] + ok, key
+        assert answered[recipient] == [status[s] for s in steps] + ok, key
         if state is DEAD:
-            assert view.last_error is not None and "400" in view.last_error
+            said = loopback.gone[1] if cases[key] == "gone" else "400"
+            assert view.last_error is not None and said in view.last_error, view
             assert recipient not in view.last_error
     for key, recipient in locked.items():
         assert (views[key].state, views[key].failures) == (QUEUED, 0), views[key]
@@ -130,12 +142,34 @@ def test_every_outcome_through_a_worker_process(
     health = {p["name"]: p["health"]["state"] for p in cli.json("provider", "list")}
     assert health == {"push": "closed", "locked": "open"}
     dead = cli.json("dead", "list")
-    assert sorted(d["key"] for d in dead) == sorted(k for k, c in cases.items() if c == "permanent")
+    assert sorted(d["key"] for d in dead) == sorted(k for k, v in views.items() if v.state is DEAD)
+    check_suppression(cli, {k: r for k, r in recipients.items() if cases[k] == "gone"}, views)
+    for key, out in again.items():
+        view, gone = views[f"again-{key}"], cases[key] == "gone"
+        assert out.startswith(f"{'suppressed' if gone else 'queued'} as {view.id} "), out
+        assert view.state is (NotificationState.SUPPRESSED if gone else QUEUED), view
+    queue = cli.json("stats")["queue"]
+    assert (queue["queued"], queue["suppressed"]) == (LOCKED + PER_CASE, PER_CASE), queue
 
     outputs = [*cli.transcript, log, *(v.last_error or "" for v in views.values())]
     for secret in loopback.secrets:
         assert not [text for text in outputs if secret in text], f"{kind} secret shown"
+    for recipient in [*recipients.values(), *locked.values()]:
+        assert not [text for text in outputs if recipient in text], f"{recipient} shown"
     check_kind(loopback, answered, locked)
+
+
+def check_suppression(cli: Cli, gone: dict[str, str], views: dict[str, NotificationView]) -> None:
+    """Each recipient answered "gone" is on acme's list for push once, put there by the
+    provider with its dead notification, and shown masked; no other recipient is (those
+    refused were dead for that notification only)."""
+    listed = cli.json("suppression", "list", "acme")
+    assert sorted((e["provider"], e["source"], e["notification_id"]) for e in listed) == sorted(
+        ("push", "provider", views[key].id) for key in gone
+    ), listed
+    masked = {e["notification_id"]: e["recipient_masked"] for e in listed}
+    for key, recipient in gone.items():
+        assert masked[views[key].id] == f"{recipient[:2]}{'*' * 8}{recipient[-2:]}", masked
 
 
 def check_kind(loopback: Loopback, answered: dict[str, list[int]], locked: dict[str, str]) -> None:
