@@ -53,7 +53,11 @@ def create_app(
     app.state.door = Door(engine, settings, metrics)
     app.state.metrics = metrics
     problems.install(app)
-    app.include_router(router)
+    # The router's routes (their paths and answers complete: ``/v1``, its errors) go on the
+    # app's own router: ``include_router`` would put a layer in front of them that finds each
+    # request's route anew (a tenth of a single POST's time) and hides their methods from a
+    # 405's ``Allow``.
+    app.router.routes.extend(router.routes)
 
     @app.get("/healthz", summary="The server is up", tags=["health"])
     async def healthz() -> Health:

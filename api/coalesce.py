@@ -55,7 +55,7 @@ class Coalescer:
         self._waiting.append(ask)
         if len(self._writing) < self.writers:
             self._start()
-        return await asyncio.shield(ask.answer)
+        return await ask.answer  # a caller that goes away cancels it; its rows are written
 
     def _start(self) -> None:
         task = asyncio.ensure_future(self._write())

@@ -37,10 +37,19 @@ class ApiMetrics:
             ["reason"],
             registry=None,
         )
+        # Each (route, method, status)'s children, found once: ``labels`` costs a request
+        # more than counting does. As many as the metrics have series.
+        self._answered: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 
     def answered(self, route: str, method: str, status: int, seconds: float) -> None:
-        self.requests.labels(route, method, str(status)).inc()
-        self.latency.labels(route).observe(seconds)
+        found = self._answered.get((route, method, status))
+        if found is None:
+            found = self._answered[route, method, status] = (
+                self.requests.labels(route, method, str(status)),
+                self.latency.labels(route),
+            )
+        found[0].inc()
+        found[1].observe(seconds)
 
     def refused(self, reason: str) -> None:
         self.rejected.labels(reason).inc()
