@@ -334,4 +334,6 @@ suppressions = sa.Table(
     # Enqueue looks a tenant's digests up, then checks the provider.
     sa.UniqueConstraint("tenant_id", "digest", "provider_id"),
     sa.Index("ix_suppressions_created_at", "created_at"),
+    # A tenant's list, newest first, a page at a time, whatever the other tenants' lists hold.
+    sa.Index("ix_suppressions_tenant_id_id", "tenant_id", "id"),
 )

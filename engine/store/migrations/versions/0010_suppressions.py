@@ -55,8 +55,10 @@ def upgrade() -> None:
         ),
     )
     op.create_index("ix_suppressions_created_at", "suppressions", ["created_at"])
+    op.create_index("ix_suppressions_tenant_id_id", "suppressions", ["tenant_id", "id"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_suppressions_tenant_id_id", table_name="suppressions")
     op.drop_index("ix_suppressions_created_at", table_name="suppressions")
     op.drop_table("suppressions")
