@@ -62,6 +62,12 @@ NOT_FOR_A_LISTING = (
     "uvicorn",
     "api",
     "engine.planning.planner",
+    "engine.providers.webhook",  # a kind's module loads when a provider of that kind is built
+    "engine.providers.smtp",
+    "engine.providers.twilio",
+    "engine.providers.fcm",
+    "engine.providers.apns",
+    "engine.providers.file",
     "app.commands.run",
     "app.commands.plan",
     "app.docs",

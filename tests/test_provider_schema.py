@@ -3,8 +3,11 @@ options table of docs/providers.md all come from that one declaration."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import math
 from pathlib import Path
+from typing import cast
 
 import pytest
 from pytestqt.qtbot import QtBot
@@ -16,6 +19,7 @@ from engine import (
     PROVIDER_KINDS,
     ConfigError,
     OptionSpec,
+    Provider,
     ProviderConfig,
 )
 from tests.cli_support import Cli, assert_one_sentence
@@ -50,10 +54,20 @@ def test_the_providers_page_table_is_the_generated_one() -> None:
     )
 
 
+@pytest.mark.parametrize("name", list(PROVIDER_KINDS))
+def test_the_registry_builds_with_the_declared_factory(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built = cast(Provider, object())
+    declared = dataclasses.replace(PROVIDER_KINDS[name], factory=lambda _config: built)
+    monkeypatch.setattr(importlib.import_module(f"engine.providers.{name}"), "SPEC", declared)
+    assert BUILTIN_KINDS[name](ProviderConfig("p", name, {})) is built
+
+
 def test_the_registry_holds_every_kind_with_its_factory() -> None:
     assert list(PROVIDER_KINDS) == list(BUILTIN_KINDS)
     for name, kind in PROVIDER_KINDS.items():
-        assert kind.name == name and BUILTIN_KINDS[name] == kind.factory
+        assert kind.name == name
         assert kind.options[-len(COMMON_OPTIONS) :] == COMMON_OPTIONS
         assert {s.name for s in COMMON_OPTIONS} >= {"circuit_failures", "circuit_backoff_s"}
         needed = set(MINIMAL[name]) - EITHER.get(name, set()) | set(MINIMAL_SECRETS.get(name, {}))

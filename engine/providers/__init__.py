@@ -6,50 +6,14 @@ it is saved. Close every provider built with ``aclose``. ``PROVIDER_KINDS`` hold
 declaration (``ProviderKind``: its options, secrets, types and defaults), from which the
 validation, the console's hints, ``omnipost provider kinds`` and the options table of
 docs/providers.md come.
+
+Every name is loaded when it is first used (``lazy_loader``), from the module that
+``__init__.pyi`` names for it, as in the ``engine`` façade; and each kind's module is loaded
+when its factory first builds a provider (``kinds.py``). So the dispatcher's imports of
+``base`` and ``schema`` load neither the SMTP, Twilio, FCM and APNs kinds nor the others, and
+an engine loads the kinds its store configures.
 """
 
-from __future__ import annotations
+import lazy_loader
 
-from engine.providers import apns, fcm, file, simulated, smtp, twilio, webhook
-from engine.providers.base import Provider, ProviderConfig, ProviderFactory
-from engine.providers.fcm import FcmProvider
-from engine.providers.file import FileProvider
-from engine.providers.schema import COMMON_OPTIONS, OptionSpec, ProviderKind
-from engine.providers.simulated import SimulatedProvider
-from engine.providers.smtp import SmtpProvider
-from engine.providers.twilio import TwilioProvider
-from engine.providers.webhook import WebhookProvider, verify_signature
-
-__all__ = [
-    "BUILTIN_KINDS",
-    "COMMON_OPTIONS",
-    "PROVIDER_KINDS",
-    "FcmProvider",
-    "FileProvider",
-    "OptionSpec",
-    "Provider",
-    "ProviderConfig",
-    "ProviderFactory",
-    "ProviderKind",
-    "SimulatedProvider",
-    "SmtpProvider",
-    "TwilioProvider",
-    "WebhookProvider",
-    "verify_signature",
-]
-
-PROVIDER_KINDS: dict[str, ProviderKind] = {
-    kind.name: kind
-    for kind in (
-        simulated.SPEC,
-        file.SPEC,
-        webhook.SPEC,
-        smtp.SPEC,
-        twilio.SPEC,
-        fcm.SPEC,
-        apns.SPEC,
-    )
-}
-BUILTIN_KINDS: dict[str, ProviderFactory] = {
-    name: kind.factory for name, kind in PROVIDER_KINDS.items()
-}
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)
