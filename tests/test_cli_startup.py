@@ -1,7 +1,9 @@
 """The command line imports what a command uses when it runs (``bench/startup.py`` times it):
 ``--version`` and ``--help`` answer without the store, the engine or the providers, and a
 command on SQLite loads neither Postgres' driver, nor Alembic, nor the HTTP and SMTP clients,
-nor the planner. Checked by the modules a fresh interpreter holds after the command."""
+nor the planner. Checked by the modules a fresh interpreter holds after the command; and a
+command run as the program leaves its modules frozen out of the garbage collector's sight
+and the collector on."""
 
 from __future__ import annotations
 
@@ -108,6 +110,35 @@ def test_a_listing_on_sqlite_loads_only_what_it_reads_with(tmp_path: Path) -> No
     assert exit_line == "exit 0"
     assert "sqlalchemy" in modules and "aiosqlite" in modules  # it did read the store
     assert found(modules, NOT_FOR_A_LISTING) == []
+
+
+# The command as ``omnipost`` runs it (``main()`` reading the process's own arguments), then
+# what it left of the garbage collector: the command's modules frozen, the collector on (a
+# worker or the console runs for days after its start-up).
+_PROGRAM = """
+import gc
+import sys
+from app.cli import main
+sys.argv = ["omnipost", *sys.argv[1:]]
+code = main()
+print("exit", code, "collecting", gc.isenabled(), "frozen", gc.get_freeze_count() > 10_000)
+"""
+
+
+def test_a_command_run_as_the_program_freezes_its_modules_and_collects_again(
+    tmp_path: Path,
+) -> None:
+    assert loaded(["migrate"], tmp_path)[0] == "exit 0"
+    done = subprocess.run(
+        [sys.executable, "-c", _PROGRAM, "tenant", "list"],
+        env=clean_env(tmp_path, OMNIPOST_DB=f"sqlite:///{tmp_path / 'omnipost.db'}"),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.stdout.splitlines()[-1] == "exit 0 collecting True frozen True", done.stderr
 
 
 def test_the_check_sees_a_heavy_module() -> None:
