@@ -144,3 +144,30 @@ def _port() -> int:
     from tests.redis_server import free_port
 
     return free_port()
+
+
+async def test_answers_leave_at_once_on_any_loop() -> None:
+    """The server's socket says TCP, so asyncio's own loop (the one the console runs the API on,
+    and the server's where uvloop is not installed) turns Nagle's algorithm off on every
+    connection it accepts; with it on, each answer after a connection's first waited about 40 ms
+    for the client's delayed ACK."""
+    import asyncio
+
+    from app.serve import _bind
+
+    sock = _bind("127.0.0.1", 0)
+    accepted: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = writer.get_extra_info("socket")
+        accepted.set_result(conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        writer.close()
+
+    server = await asyncio.start_server(on_connect, sock=sock)
+    try:
+        _, writer = await asyncio.open_connection(*sock.getsockname()[:2])
+        assert await asyncio.wait_for(accepted, 10) != 0
+        writer.close()
+    finally:
+        server.close()
+        await server.wait_closed()
