@@ -230,6 +230,7 @@ async def provider_test(ctx: Context, name: str, recipient: str) -> int:
     print(
         f"test send to {mask(recipient)} via {name}: {result.outcome.value}"
         + (f" ({result.detail})" if result.detail else "")
+        + ("; the provider says this recipient is gone for good" if result.recipient_gone else "")
     )
     return 0 if result.outcome is Outcome.DELIVERED else 1
 
