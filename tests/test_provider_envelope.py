@@ -7,6 +7,7 @@ took about ``(1000 - burst) / rate`` seconds, not much longer)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -33,8 +34,9 @@ RATE_PER_S, BURST = 100.0, 10.0
 # first sends wait for their connections (and FCM's for the access token, APNs' for TLS) and
 # then go out together with the next ones, and on 2 cores shared with other test runs (load 5)
 # either process may be held up for tens of ms. Measured: up to 7 arrivals (70 ms at 100/s)
-# above ``burst + rate * W + 1`` in windows of 0.1 to 0.5 s, none above it by more.
-ARRIVAL_LAG_S = 0.1
+# above ``burst + rate * W + 1`` in windows of 0.1 to 0.5 s, none above it by more; at load 2-3,
+# none for twilio and fcm and 2 for apns (20 ms). OMNIPOST_ARRIVAL_LAG_S sets it for such a check.
+ARRIVAL_LAG_S = float(os.environ.get("OMNIPOST_ARRIVAL_LAG_S", "0.1"))
 # A run may fall a little behind the limit (a worker process and the server share 2 loaded
 # cores here), never ahead of it: at most this much longer than the ideal.
 PACE = 1.3
