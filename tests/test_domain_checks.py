@@ -8,7 +8,14 @@ import pickle
 
 import pytest
 
-from engine.core.domain import MAX_KEY_CHARS, UNSET, Unset, check_recipient_and_key, is_text
+from engine.core.domain import (
+    MAX_KEY_CHARS,
+    UNSET,
+    Unset,
+    check_recipient_and_key,
+    check_recipients_and_keys,
+    is_text,
+)
 from engine.core.errors import ConfigError
 
 LONE_SURROGATE = "\udcff"  # how Python keeps a byte it could not decode
@@ -38,6 +45,23 @@ def test_recipient_and_key(recipient: str, key: str | None, says: str | None) ->
     else:
         with pytest.raises(ConfigError, match=says):
             check_recipient_and_key(recipient, key)
+
+
+@pytest.mark.parametrize(("recipient", "key", "says"), CHECKS)
+def test_a_batch_is_told_what_its_first_failing_item_would_be(
+    recipient: str, key: str | None, says: str | None
+) -> None:
+    good = [("b@example.com", "k1"), ("c@example.com", None)]
+    with pytest.raises(ConfigError, match=says or "an idempotency key must be 1 to 200"):
+        check_recipients_and_keys([*good, (recipient, key), (LONE_SURROGATE, "")])
+    if says is None:
+        check_recipients_and_keys([*good, (recipient, key)])
+
+
+def test_surrogates_split_across_a_batch_are_still_refused() -> None:
+    with pytest.raises(ConfigError, match="the recipient holds"):
+        check_recipients_and_keys([("a\ud83d", None), ("\ude00b", None)])
+    check_recipients_and_keys([])
 
 
 @pytest.mark.parametrize(

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from engine.api.parts import EngineParts
-from engine.core.domain import Message, NotificationState, SendResult, check_recipient_and_key
+from engine.core.domain import (
+    Message,
+    NotificationState,
+    SendResult,
+    check_recipients_and_keys,
+)
 from engine.core.errors import ConfigError, NotFound
 from engine.store import DeliveryEntry, EnqueueResult, NewNotification, NotificationView
 
@@ -21,6 +27,19 @@ TEST_PAYLOAD = {
     "title": "OmniPost test",
     "body": "A test send from OmniPost.",
 }
+
+
+# A made-up key's bits: a random UUID's (version 4, RFC 4122 variant), as ``uuid4().hex``.
+_KEY_MASK = int.from_bytes(b"\xff" * 6 + b"\x0f\xff\x3f" + b"\xff" * 7)
+_KEY_BITS = int.from_bytes(b"\x00" * 6 + b"\x40\x00\x80" + b"\x00" * 7)
+
+
+def new_keys(n: int) -> list[str]:
+    """``n`` idempotency keys for notifications given none: ``uuid.uuid4().hex`` each, made
+    from one read of the system's random source (a fifth of the time, paid per row)."""
+    bits = int.from_bytes(os.urandom(16 * n)) & int.from_bytes(_KEY_MASK.to_bytes(16) * n)
+    text = (bits | int.from_bytes(_KEY_BITS.to_bytes(16) * n)).to_bytes(16 * n).hex()
+    return [text[start : start + 32] for start in range(0, 32 * n, 32)]
 
 
 class NotificationsApi(EngineParts):
@@ -48,19 +67,20 @@ class NotificationsApi(EngineParts):
         """Queue ``(provider, recipient, payload, key, priority)`` items of one tenant together."""
         tenant_id, _ = await self._ids(tenant)
         provider_ids = {name: (await self._ids(tenant, name))[1] for name in {i[0] for i in items}}
-        rows = []
-        for provider, recipient, payload, key, priority in items:
-            check_recipient_and_key(recipient, key)
-            rows.append(
-                NewNotification(
-                    provider_id=provider_ids[provider],
-                    recipient=recipient,
-                    payload=payload,
-                    idempotency_key=key or uuid.uuid4().hex,
-                    priority=priority,
-                    max_attempts=self.settings.max_attempts,
-                )
+        check_recipients_and_keys([(i[1], i[3]) for i in items])
+        made_up = iter(new_keys(sum(1 for i in items if i[3] is None)))
+        max_attempts = self.settings.max_attempts
+        rows = [
+            NewNotification(
+                provider_ids[provider],
+                recipient,
+                payload,
+                next(made_up) if key is None else key,
+                priority,
+                max_attempts,
             )
+            for provider, recipient, payload, key, priority in items
+        ]
         results = await self.store.queue.enqueue(tenant_id, rows, now=self.clock.wall())
         due: dict[tuple[int, int], int] = {}
         for row, result in zip(rows, results, strict=True):

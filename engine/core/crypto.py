@@ -33,6 +33,7 @@ __all__ = ["SecretBox", "mask", "mask_mapping"]
 _VERSION = b"\x02"
 _HEADER = 5  # version and key id: the associated data
 _NONCE = 12
+_URLSAFE = bytes.maketrans(b"+/", b"-_")  # base64's alphabet to its url-safe one
 
 
 def _derive(key: bytes, purpose: bytes, length: int) -> bytes:
@@ -107,6 +108,19 @@ class SecretBox:
         sealed = key.cipher.encrypt(nonce, plaintext.encode("utf-8"), key.header)
         return base64.urlsafe_b64encode(key.header + nonce + sealed).decode("ascii")
 
+    def encrypt_many(self, plaintexts: Sequence[str]) -> list[str]:
+        """``encrypt`` of each of ``plaintexts``, in order: what an enqueue of many rows pays,
+        with one read of the system's random source for every nonce and no lookup per row."""
+        key = self._newest
+        header, seal, b64 = key.header, key.cipher.encrypt, binascii.b2a_base64
+        nonces = os.urandom(_NONCE * len(plaintexts))
+        tokens = []
+        for start, text in zip(range(0, len(nonces), _NONCE), plaintexts, strict=True):
+            nonce = nonces[start : start + _NONCE]
+            raw = header + nonce + seal(nonce, text.encode("utf-8"), header)
+            tokens.append(b64(raw, newline=False).translate(_URLSAFE).decode("ascii"))
+        return tokens
+
     def decrypt(self, token: str) -> str:
         """Raises ``SecretUnreadable`` when no configured key opens ``token``."""
         try:
@@ -143,6 +157,16 @@ class SecretBox:
         while ``keys rotate`` has not yet recomputed the digests made under an older key."""
         data = plaintext.encode("utf-8")
         return tuple(_mac(key.mac_key, data) for key in self._keys)
+
+    def digest_columns(self, plaintexts: Sequence[str]) -> list[list[str]]:
+        """``digests`` of each of ``plaintexts``, as columns: per configured key (the newest
+        first), the digest of every plaintext under it, in order."""
+        data = [text.encode("utf-8") for text in plaintexts]
+        blake2b = hashlib.blake2b
+        return [
+            [blake2b(d, key=key.mac_key, digest_size=32).hexdigest() for d in data]
+            for key in self._keys
+        ]
 
     def rotate(self, token: str) -> str:
         """Re-encrypt ``token`` under the newest key, in the current format; raises as

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -22,6 +23,7 @@ __all__ = [
     "SendResult",
     "Unset",
     "check_recipient_and_key",
+    "check_recipients_and_keys",
     "is_text",
     "limit_of",
     "parse_rate",
@@ -277,6 +279,25 @@ def check_recipient_and_key(recipient: str, key: str | None) -> None:
     for what, text in (("the recipient", recipient), ("the idempotency key", key or "")):
         if not is_text(text):  # undecodable bytes from a shell or a file: no UTF-8 form
             raise ConfigError(f"{what} holds characters that are not valid Unicode text.")
+
+
+def check_recipients_and_keys(pairs: Sequence[tuple[str, str | None]]) -> None:
+    """``check_recipient_and_key`` of every (recipient, key) of ``pairs``, raising as the first
+    that fails would; a batch that passes (the common case) is checked in a few calls."""
+    recipients = [recipient for recipient, _ in pairs]
+    keys = [key for _, key in pairs if key is not None]
+    lengths = list(map(len, keys))
+    # Python's UTF-8 codec refuses every surrogate, paired or not: joining texts makes none
+    # valid that was not.
+    if (
+        all(recipients)
+        and (not keys or (min(lengths) > 0 and max(lengths) <= MAX_KEY_CHARS))
+        and is_text("".join(recipients))
+        and is_text("".join(keys))
+    ):
+        return
+    for recipient, key in pairs:
+        check_recipient_and_key(recipient, key)
 
 
 def is_text(text: str) -> bool:

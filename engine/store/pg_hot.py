@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine.core.domain import NotificationState, Outcome
-from engine.store.records import Completion
+from engine.store.records import Completion, NewNotification
 from engine.store.suppressions import SUPPRESSED, SUPPRESSED_DETAIL
 
 __all__ = [
@@ -159,37 +159,41 @@ CROSS JOIN LATERAL (
 async def enqueue(
     conn: Any,
     tenant_id: int,
-    rows: Sequence[dict[str, Any]],
+    items: Sequence[NewNotification],
+    recipients: Sequence[str],
+    payloads: Sequence[str],
     digests: Sequence[Sequence[str]],
     now: float,
     notify: tuple[str, str],
 ) -> tuple[dict[str, int], set[str], set[str]]:
-    """Insert ``rows`` (``QueueRepo._row``'s dicts, one tenant's) unless the tenant used their
-    key before, suppressed where ``digests`` (each row's recipient's, newest key first) are
-    on the tenant's list for the row's provider, and notify ``notify`` (channel, payload) if
-    any was inserted; returns the id of every key, the keys inserted now and those of them
-    suppressed. ``conn``: an asyncpg connection outside any transaction."""
+    """Insert ``items`` (one tenant's, with their ``recipients`` encrypted and their
+    ``payloads`` encoded) unless the tenant used their key before, suppressed where the
+    recipient's ``digests`` (per configured key, newest first: every item's) are on the
+    tenant's list for the item's provider, and notify ``notify`` (channel, payload) if any was
+    inserted; returns the id of every key, the keys inserted now and those of them suppressed.
+    ``conn``: an asyncpg connection outside any transaction."""
+    keys = [item.idempotency_key for item in items]
     found = await conn.fetch(
         ENQUEUE_SQL,
         tenant_id,
-        [r["provider_id"] for r in rows],
-        [r["recipient"] for r in rows],
-        [r["payload"] for r in rows],
-        [r["idempotency_key"] for r in rows],
-        [r["priority"] for r in rows],
-        [r["max_attempts"] for r in rows],
-        [r["available_at"] for r in rows],
+        [item.provider_id for item in items],
+        recipients,
+        payloads,
+        keys,
+        [item.priority for item in items],
+        [item.max_attempts for item in items],
+        [now if item.available_at is None else item.available_at for item in items],
         _QUEUED,
         now,
         *notify,
-        [d[0] for d in digests],
-        [d[1] if len(d) > 1 else None for d in digests],
+        digests[0],
+        digests[1] if len(digests) > 1 else [],  # unnest pads a shorter array with NULLs
         SUPPRESSED_DETAIL,
     )
     ids = {key: row_id for row_id, key, _ in found}
     suppressed = {key for _, key, state in found if state == SUPPRESSED}
     fresh = set(ids)
-    missing = list({r["idempotency_key"] for r in rows} - fresh)
+    missing = list(set(keys) - fresh)
     if missing:  # used before, or by another transaction while this one waited on the key
         ids.update({key: row_id for row_id, key in await conn.fetch(KEYS_SQL, tenant_id, missing)})
     return ids, fresh, suppressed

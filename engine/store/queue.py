@@ -54,13 +54,20 @@ class QueueRepo(QueueRepairs):
         """Insert ``items`` for one tenant. An item whose idempotency key the tenant already used
         is not inserted again: its result names the existing notification, ``duplicate=True``.
         Results come in the order of ``items``. All or nothing per call."""
-        rows = [self._row(tenant_id, item, now) for item in items]
-        if not rows:
+        if not items:
             return []
+        recipients = [item.recipient for item in items]
+        tokens = self._box.encrypt_many(recipients)
         # Looked up on the tenant's suppression list as they are inserted.
-        digests = [self._box.digests(item.recipient) for item in items]
+        digests = self._box.digest_columns(recipients)
+        payloads = [_dumps(item.payload) for item in items]
         if self._db.is_sqlite:  # one trip to its thread: see engine/store/sqlite_hot.py
-            wanted = [(i.provider_id, d) for i, d in zip(items, digests, strict=True)]
+            rows = [
+                self._row(tenant_id, item, token, payload, now)
+                for item, token, payload in zip(items, tokens, payloads, strict=True)
+            ]
+            per_item = zip(*digests, strict=True)  # each item's digests, newest key first
+            wanted = list(zip([i.provider_id for i in items], per_item, strict=True))
             ids, fresh, gone = await self._db.write_in_thread(
                 functools.partial(sqlite_hot.enqueue, tenant_id=tenant_id, rows=rows, wanted=wanted)
             )
@@ -69,7 +76,9 @@ class QueueRepo(QueueRepairs):
                 functools.partial(
                     pg_hot.enqueue,
                     tenant_id=tenant_id,
-                    rows=rows,
+                    items=items,
+                    recipients=tokens,
+                    payloads=payloads,
                     digests=digests,
                     now=now,
                     notify=(CHANNEL, self._db.origin),
@@ -77,12 +86,16 @@ class QueueRepo(QueueRepairs):
             )
         return _results(items, ids, fresh, gone)
 
-    def _row(self, tenant_id: int, item: NewNotification, now: float) -> dict[str, Any]:
+    def _row(
+        self, tenant_id: int, item: NewNotification, recipient: str, payload: str, now: float
+    ) -> dict[str, Any]:
+        """``item`` as SQLite's enqueue inserts it, its recipient encrypted and its payload
+        encoded."""
         return {
             "tenant_id": tenant_id,
             "provider_id": item.provider_id,
-            "recipient": self._box.encrypt(item.recipient),
-            "payload": _dumps(item.payload),
+            "recipient": recipient,
+            "payload": payload,
             "idempotency_key": item.idempotency_key,
             "priority": item.priority,
             "state": _QUEUED,
