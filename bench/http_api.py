@@ -2,6 +2,7 @@
 by side in one run with what bounds it. Prints JSON.
 
     .venv/bin/python bench/http_api.py [--stores sqlite,postgres] [--seconds 10] [--concurrency 32]
+        [--workers 1,2] [--batch-only]
 
 For each store, a fresh one holding a tenant (request limit and queue cap out of the way) and a
 simulated provider, with no worker running (only the taking-in is measured):
@@ -17,6 +18,10 @@ simulated provider, with no worker running (only the taking-in is measured):
   least 0.8x of it);
 - ``pgqueuer`` (Postgres): PgQueuer's ``Queries.enqueue`` of 100 jobs a call from
   ``--concurrency`` connections on the same server (target: ``batch`` at least 1.0x of it).
+
+``--workers 1,2`` measures ``batch`` again with ``omnipost serve --workers 2`` (``api_workers_2``,
+its ratios suffixed ``_workers_2``); the first count is the headline. ``--batch-only`` measures
+the batched rows alone (``batch``, ``direct``, ``pgqueuer``): no single POSTs, no bare endpoint.
 
 The load generator runs on the same two cores as the server it loads, as the peers run beside
 nothing: read the ratios as the claim. ``hey`` comes from the system's packages (``apt-get
@@ -117,7 +122,13 @@ def _omnipost(env: dict[str, str], *args: str) -> str:
 
 
 def measure_api(
-    url: str, home: Path, seconds: float, concurrency: int, workers: int = 1
+    url: str,
+    home: Path,
+    seconds: float,
+    concurrency: int,
+    workers: int = 1,
+    *,
+    batch_only: bool = False,
 ) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OMNIPOST_")}
     env |= {"OMNIPOST_HOME": str(home), "OMNIPOST_DB": url}
@@ -140,6 +151,9 @@ def measure_api(
         single_body = json.dumps(ITEM).encode()
         batch_body = json.dumps({"notifications": [ITEM] * BATCH}).encode()
         hey(post, single_body, key=key, seconds=2, concurrency=concurrency)  # warm up
+        if batch_only:
+            batch = hey(post, batch_body, key=key, seconds=seconds, concurrency=concurrency)
+            return {"batch_rows_per_s": batch["per_s"] * BATCH, "batch_statuses": batch["statuses"]}
         single = hey(post, single_body, key=key, seconds=seconds, concurrency=concurrency)
         batch = hey(post, batch_body, key=key, seconds=seconds, concurrency=concurrency)
         half = hey(post, single_body, key=key, seconds=seconds, concurrency=concurrency,
@@ -237,14 +251,15 @@ async def measure_pgqueuer(url: str, seconds: float, concurrency: int) -> dict[s
 
 
 def _ratios(result: dict[str, Any]) -> dict[str, Any]:
-    found = {
-        "single_vs_bare": result["api"]["single_per_s"] / result["bare"]["single_per_s"],
-        "batch_vs_direct": result["api"]["batch_rows_per_s"] / result["direct"]["rows_per_s"],
-    }
-    if "pgqueuer" in result:
-        found["batch_vs_pgqueuer"] = (
-            result["api"]["batch_rows_per_s"] / result["pgqueuer"]["rows_per_s"]
-        )
+    found = {}
+    if "bare" in result:
+        found["single_vs_bare"] = result["api"]["single_per_s"] / result["bare"]["single_per_s"]
+    for side in [s for s in result if s.startswith("api")]:
+        suffix = side.removeprefix("api")  # "" or "_workers_N"
+        rows_per_s = result[side]["batch_rows_per_s"]
+        found[f"batch_vs_direct{suffix}"] = rows_per_s / result["direct"]["rows_per_s"]
+        if "pgqueuer" in result:
+            found[f"batch_vs_pgqueuer{suffix}"] = rows_per_s / result["pgqueuer"]["rows_per_s"]
     return {k: round(v, 3) for k, v in found.items()}
 
 
@@ -253,15 +268,30 @@ async def _pg_run(tag: str, fn: Any) -> Any:
         return await fn(url)
 
 
-def run_store(store: str, home: Path, bare: dict[str, Any], seconds: float, n: int) -> Any:
-    """Every measure of one store, each on a fresh database."""
+def run_store(
+    store: str,
+    home: Path,
+    bare: dict[str, Any] | None,
+    seconds: float,
+    n: int,
+    workers: list[int],
+) -> Any:
+    """Every measure of one store, each on a fresh database (and a fresh home per server);
+    without ``bare``, the batched rows alone."""
+    only = bare is None
+    found: dict[str, Any] = {} if only else {"bare": bare}
+    for count in workers:
+        side = "api" if count == workers[0] else f"api_workers_{count}"
+        folder = home / side
+        folder.mkdir()
+        if store == "sqlite":
+            url = f"sqlite:///{folder / 'api.db'}"
+            found[side] = measure_api(url, folder, seconds, n, count, batch_only=only)
+        else:
+            found[side] = asyncio.run(_pg_run("api", _api_pg(folder, seconds, n, count, only)))
     if store == "sqlite":
-        api = measure_api(f"sqlite:///{home / 'api.db'}", home, seconds, n)
-        direct = asyncio.run(measure_direct(f"sqlite:///{home / 'direct.db'}", seconds, n))
-        return {"api": api, "bare": bare, "direct": direct}
-
-    async def api_pg(url: str) -> Any:
-        return await asyncio.to_thread(measure_api, url, home, seconds, n)
+        found["direct"] = asyncio.run(measure_direct(f"sqlite:///{home / 'direct.db'}", seconds, n))
+        return found
 
     async def direct_pg(url: str) -> Any:
         return await measure_direct(url, seconds, n)
@@ -269,12 +299,18 @@ def run_store(store: str, home: Path, bare: dict[str, Any], seconds: float, n: i
     async def pgq(url: str) -> Any:
         return await measure_pgqueuer(url, seconds, n)
 
-    return {
-        "api": asyncio.run(_pg_run("api", api_pg)),
-        "bare": bare,
-        "direct": asyncio.run(_pg_run("direct", direct_pg)),
-        "pgqueuer": asyncio.run(_pg_run("pgq", pgq)),
-    }
+    found["direct"] = asyncio.run(_pg_run("direct", direct_pg))
+    found["pgqueuer"] = asyncio.run(_pg_run("pgq", pgq))
+    return found
+
+
+def _api_pg(home: Path, seconds: float, n: int, workers: int, batch_only: bool) -> Any:
+    async def api_pg(url: str) -> Any:
+        return await asyncio.to_thread(
+            measure_api, url, home, seconds, n, workers, batch_only=batch_only
+        )
+
+    return api_pg
 
 
 def main() -> None:
@@ -283,7 +319,10 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--repeat", type=int, default=2, help="runs of everything, for ranges")
+    p.add_argument("--workers", default="1", help="server processes, e.g. 1,2: batch per count")
+    p.add_argument("--batch-only", action="store_true", help="only the batched rows")
     args = p.parse_args()
+    workers = [int(w) for w in args.workers.split(",") if w]
     _hey()
     stores = [s for s in args.stores.split(",") if s]
     if "postgres" in stores and not asyncio.run(pg_reachable()):
@@ -292,16 +331,19 @@ def main() -> None:
         "seconds": args.seconds,
         "concurrency": args.concurrency,
         "batch": BATCH,
+        "workers": workers,
         "targets": TARGETS,
         "load_before": os.getloadavg()[0],
         "runs": [],
     }
     for _ in range(args.repeat):
         run: dict[str, Any] = {}
-        bare = measure_bare(args.seconds, args.concurrency)
+        bare = None if args.batch_only else measure_bare(args.seconds, args.concurrency)
         for store in stores:
             with tempfile.TemporaryDirectory(prefix="omnipost-api-bench-") as folder:
-                result = run_store(store, Path(folder), bare, args.seconds, args.concurrency)
+                result = run_store(
+                    store, Path(folder), bare, args.seconds, args.concurrency, workers
+                )
             result["ratios"] = _ratios(result)
             run[store] = result
         report["runs"].append(run)
