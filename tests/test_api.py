@@ -277,7 +277,9 @@ def test_bad_requests_are_problems_and_write_nothing(served: Served) -> None:
             assert problem.get("field") == field, (what, problem)
         assert c.get("/v1/notifications").json()["notifications"] == []
         _problem(c.get("/v1/nothing"), 404)
-        _problem(c.delete("/v1/notifications"), 405)
+        not_allowed = c.delete("/v1/notifications")
+        _problem(not_allowed, 405)
+        assert not_allowed.headers["Allow"] == "GET, POST"
         _problem(c.get("/v1/notifications/abc"), 404)
 
 
