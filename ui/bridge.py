@@ -226,8 +226,9 @@ class Bridge(SuppressionCommands):
     @command
     async def retry_dead(self, ids: Sequence[int] | None, tenant: str | None = None) -> None:
         """Queue dead notifications again: ``ids``, or every dead one (of ``tenant``)."""
-        count = await self._engine.retry_dead(ids, tenant=tenant)
-        self.notice.emit(f"{count} dead notification{'s' if count != 1 else ''} queued again")
+        count, suppressed = await self._engine.retry_dead_counts(ids, tenant=tenant)
+        also = f", {suppressed} suppressed instead (on a suppression list)" if suppressed else ""
+        self.notice.emit(f"{count} dead notification{'s' if count != 1 else ''} queued again{also}")
         await self._requery()
 
     @command

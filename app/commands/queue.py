@@ -128,16 +128,22 @@ async def dead_repair(
 ) -> int:
     """Queue again (``retry``) or discard the dead notifications ``ids`` (None: every one, of
     ``tenant`` when given). Exit 2 when some of the IDs were not dead ones."""
+    suppressed = 0
     async with open_engine(ctx) as engine:
         if retry:
-            count = await engine.retry_dead(ids, tenant=tenant)
+            count, suppressed = await engine.retry_dead_counts(ids, tenant=tenant)
         else:
             count = await engine.discard_dead(ids, tenant=tenant)
     verb = "queued again" if retry else "discarded"
-    print(f"{count} dead notification{'s' if count != 1 else ''} {verb}")
-    if ids is not None and count < len(set(ids)):
+    also = (
+        f", {suppressed} suppressed instead (the recipient is on the tenant's suppression list)"
+        if suppressed
+        else ""
+    )
+    print(f"{count} dead notification{'s' if count != 1 else ''} {verb}{also}")
+    if ids is not None and count + suppressed < len(set(ids)):
         print(
-            f"omnipost: {len(set(ids)) - count} of the IDs are not dead notifications"
+            f"omnipost: {len(set(ids)) - count - suppressed} of the IDs are not dead notifications"
             + (f" of {tenant}" if tenant else "")
             + ".",
             file=sys.stderr,

@@ -114,11 +114,20 @@ class NotificationsApi(EngineParts):
         return found
 
     async def retry_dead(self, ids: Sequence[int] | None, *, tenant: str | None = None) -> int:
-        """Queue dead notifications again; ``ids=None`` means every dead one (of ``tenant``)."""
+        """Queue dead notifications again; ``ids=None`` means every dead one (of ``tenant``).
+        Returns how many were queued again (see ``retry_dead_counts``)."""
+        return (await self.retry_dead_counts(ids, tenant=tenant))[0]
+
+    async def retry_dead_counts(
+        self, ids: Sequence[int] | None, *, tenant: str | None = None
+    ) -> tuple[int, int]:
+        """``retry_dead``: how many were queued again, and how many became ``suppressed``
+        instead because their recipient is on the tenant's suppression list for their
+        provider (never sent)."""
         return await self._repair("dead.retry", ids, tenant)
 
     async def discard_dead(self, ids: Sequence[int] | None, *, tenant: str | None = None) -> int:
-        return await self._repair("dead.discard", ids, tenant)
+        return (await self._repair("dead.discard", ids, tenant))[0]
 
     async def cancel(self, tenant: str, notification_id: int) -> NotificationView:
         """Cancel the tenant's queued notification ``notification_id``: it is finished now,
@@ -135,21 +144,33 @@ class NotificationsApi(EngineParts):
         self.dispatcher.wake()
         return view
 
-    async def _repair(self, action: str, ids: Sequence[int] | None, tenant: str | None) -> int:
-        total = 0
+    async def _repair(
+        self, action: str, ids: Sequence[int] | None, tenant: str | None
+    ) -> tuple[int, int]:
+        """(done, suppressed instead) over the tenants named; each tenant's audited."""
+        total = suppressed_total = 0
         for name in await self._tenant_names(tenant):
             tenant_id, _ = await self._ids(name)
             now = self.clock.wall()
+            suppressed = 0
             if action == "dead.retry":
-                count = await self.store.queue.retry_dead(tenant_id, ids, now=now)
+                count, suppressed = await self.store.queue.retry_dead_counts(
+                    tenant_id, ids, now=now
+                )
             else:
                 count = await self.store.queue.discard_dead(tenant_id, ids)
-            if count:
-                detail = {"count": count, "ids": list(ids) if ids is not None else "all"}
+            if count or suppressed:
+                detail: dict[str, object] = {
+                    "count": count,
+                    "ids": list(ids) if ids is not None else "all",
+                }
+                if suppressed:
+                    detail["suppressed"] = suppressed
                 await self.store.config.audit(self.actor, action, tenant_id, detail, now=now)
             total += count
+            suppressed_total += suppressed
         self.dispatcher.wake()
-        return total
+        return total, suppressed_total
 
     async def _tenant_names(self, tenant: str | None) -> list[str]:
         """``[tenant]``, or every tenant's name when None."""

@@ -11,11 +11,11 @@ from engine.api.parts import EngineParts
 from engine.core.domain import check_recipient_and_key
 from engine.core.errors import ConfigError
 from engine.store import SuppressionRecord
+from engine.store.suppressions import REASON_MAX
 
 __all__ = ["MAX_SUPPRESSION_PAGE", "SuppressionApi"]
 
 MAX_SUPPRESSION_PAGE = 1000
-_REASON_MAX = 500
 
 
 class SuppressionApi(EngineParts):
@@ -38,15 +38,6 @@ class SuppressionApi(EngineParts):
             tenant_id, provider_id=provider_id or None, limit=limit, before_id=before
         )
 
-    async def suppression_counts(self) -> dict[str, int]:
-        """How many recipients each tenant suppressed, by tenant name (tenants with none are
-        left out)."""
-        counts = await self.store.suppressions.count()
-        if not counts.keys() <= self.directory.tenants.keys():
-            await self.directory.refresh()
-        known = self.directory.tenants
-        return {known[t].name: n for t, n in counts.items() if t in known}
-
     async def suppress(
         self, tenant: str, provider: str, recipients: Sequence[str], *, reason: str = ""
     ) -> int:
@@ -56,10 +47,8 @@ class SuppressionApi(EngineParts):
         for recipient in recipients:
             check_recipient_and_key(recipient, None)
         reason = reason.strip()
-        if len(reason) > _REASON_MAX or not reason.isprintable():
-            raise ConfigError(
-                f"a reason is one printable line of at most {_REASON_MAX} characters."
-            )
+        if len(reason) > REASON_MAX or not reason.isprintable():
+            raise ConfigError(f"a reason is one printable line of at most {REASON_MAX} characters.")
         tenant_id, provider_id = await self._ids(tenant, provider)
         return await self.store.suppressions.add(
             tenant_id,

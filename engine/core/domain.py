@@ -27,6 +27,7 @@ __all__ = [
     "is_text",
     "limit_of",
     "parse_rate",
+    "recipient_key",
     "validate_name",
 ]
 
@@ -279,6 +280,26 @@ def check_recipient_and_key(recipient: str, key: str | None) -> None:
     for what, text in (("the recipient", recipient), ("the idempotency key", key or "")):
         if not is_text(text):  # undecodable bytes from a shell or a file: no UTF-8 form
             raise ConfigError(f"{what} holds characters that are not valid Unicode text.")
+
+
+_PHONE = re.compile(r"\+[0-9][0-9 ().-]*")
+_NOT_DIGIT = re.compile(r"[^0-9]")
+
+
+def recipient_key(recipient: str) -> str:
+    """The form a recipient is known by on a suppression list, so that its usual spellings are
+    one recipient: an email address in lower case, without a display name (``Bob
+    <BOB@Example.com>`` is ``bob@example.com``), a phone number as ``+`` and its digits (``+1
+    (555) 123-4567`` is ``+15551234567``), anything else (a device token, a URL) as given; in
+    every case without the white space around it."""
+    text = recipient.strip()
+    if "@" in text and "://" not in text:
+        if text.endswith(">") and "<" in text:
+            text = text[text.rindex("<") + 1 : -1].strip()
+        return text.lower()
+    if text[:1] == "+" and not text[1:].isdigit() and _PHONE.fullmatch(text):
+        return "+" + _NOT_DIGIT.sub("", text)
+    return text
 
 
 def check_recipients_and_keys(pairs: Sequence[tuple[str, str | None]]) -> None:

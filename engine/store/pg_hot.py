@@ -18,6 +18,7 @@ and one statement inserts them, looks up the keys the tenant used before, and no
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,12 +30,12 @@ __all__ = [
     "CLAIM_MANY_SQL",
     "CLAIM_SQL",
     "DELIVER_SQL",
-    "ENQUEUE_SQL",
     "KEYS_SQL",
     "claim",
     "claim_many",
     "deliver",
     "enqueue",
+    "enqueue_sql",
 ]
 
 _QUEUED = NotificationState.QUEUED.value
@@ -111,20 +112,25 @@ SELECT id FROM acked
 
 # The rows as arrays, in the order given; a key the tenant used before (or twice in one call)
 # is not inserted again, and ``enqueue`` looks those keys up (``KEYS_SQL``) after. A row whose
-# recipient the tenant suppressed for its provider (its digests under the newest key, $13, and
-# the one before it, $14, against ``suppressions``) is inserted suppressed and finished.
-# ``pg_notify`` runs once if anything was inserted (``told`` is joined for that: a CTE nobody
-# reads is never run).
-ENQUEUE_SQL = f"""
+# recipient the tenant suppressed for its provider (its digests under every configured key,
+# $14 on, against ``suppressions``) is inserted suppressed and finished. ``pg_notify`` runs once
+# if anything was inserted to be sent (``told`` is joined for that: a CTE nobody reads is never
+# run). One text per number of keys (nearly always one or two), each prepared once.
+@functools.lru_cache(maxsize=8)
+def enqueue_sql(keys: int) -> str:
+    """The enqueue for a store with ``keys`` encryption keys configured."""
+    arrays = ", ".join(f"${14 + k}::text[]" for k in range(keys))
+    names = ", ".join(f"digest{k}" for k in range(keys))
+    return f"""
 WITH given AS (
     SELECT * FROM unnest($2::integer[], $3::text[], $4::text[], $5::text[], $6::integer[],
-                         $7::integer[], $8::float8[], $13::text[], $14::text[]) WITH ORDINALITY
+                         $7::integer[], $8::float8[], {arrays}) WITH ORDINALITY
         AS g(provider_id, recipient, payload, idempotency_key, priority, max_attempts,
-             available_at, digest, digest_before, ord)
+             available_at, {names}, ord)
 ), judged AS (
     SELECT g.*, EXISTS (
         SELECT 1 FROM suppressions AS s
-        WHERE s.tenant_id = $1 AND s.digest IN (g.digest, g.digest_before)
+        WHERE s.tenant_id = $1 AND s.digest IN ({", ".join(f"g.digest{k}" for k in range(keys))})
           AND s.provider_id = g.provider_id
     ) AS gone
     FROM given AS g
@@ -135,15 +141,16 @@ WITH given AS (
     SELECT $1, provider_id, recipient, payload, idempotency_key, priority,
            CASE WHEN gone THEN '{SUPPRESSED}' ELSE $9::text END, 0, 0, max_attempts,
            available_at, $10::float8, CASE WHEN gone THEN $10::float8 END,
-           CASE WHEN gone THEN $15::text END
+           CASE WHEN gone THEN $13::text END
     FROM judged ORDER BY ord
     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
     RETURNING id, idempotency_key, state
 ), told AS (
-    SELECT pg_notify($11, $12)::text FROM added LIMIT 1
+    SELECT pg_notify($11, $12)::text FROM added WHERE state <> '{SUPPRESSED}' LIMIT 1
 )
 SELECT added.id, added.idempotency_key, added.state FROM added LEFT JOIN told ON true
 """
+
 
 # One unique-index probe per key, whatever plan a prepared statement settles on (an ``= ANY``
 # over the tenant's rows may be planned as a scan of all of them).
@@ -174,7 +181,7 @@ async def enqueue(
     ``conn``: an asyncpg connection outside any transaction."""
     keys = [item.idempotency_key for item in items]
     found = await conn.fetch(
-        ENQUEUE_SQL,
+        enqueue_sql(len(digests)),
         tenant_id,
         [item.provider_id for item in items],
         recipients,
@@ -186,9 +193,8 @@ async def enqueue(
         _QUEUED,
         now,
         *notify,
-        digests[0],
-        digests[1] if len(digests) > 1 else [],  # unnest pads a shorter array with NULLs
         SUPPRESSED_DETAIL,
+        *digests,
     )
     ids = {key: row_id for row_id, key, _ in found}
     suppressed = {key for _, key, state in found if state == SUPPRESSED}

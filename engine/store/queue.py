@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from engine.core.domain import NotificationState, Outcome
+from engine.core.domain import NotificationState, Outcome, recipient_key
 from engine.core.errors import SecretUnreadable
 from engine.store import pg_hot, sqlite_hot
 from engine.store.database import picked_once
@@ -59,7 +59,7 @@ class QueueRepo(QueueRepairs):
         recipients = [item.recipient for item in items]
         tokens = self._box.encrypt_many(recipients)
         # Looked up on the tenant's suppression list as they are inserted.
-        digests = self._box.digest_columns(recipients)
+        digests = self._box.digest_columns([recipient_key(r) for r in recipients])
         payloads = [_dumps(item.payload) for item in items]
         if self._db.is_sqlite:  # one trip to its thread: see engine/store/sqlite_hot.py
             rows = [

@@ -17,28 +17,47 @@ from engine.store.notify import CHANNEL
 from engine.store.reads import QueueReads
 from engine.store.records import NotificationView
 from engine.store.schema import notifications
+from engine.store.suppressions import SUPPRESSED_DETAIL, suppressed_of
 
 __all__ = ["QueueRepairs"]
 
 N = notifications
 _QUEUED = NotificationState.QUEUED.value
 _DEAD = NotificationState.DEAD.value
+_SUPPRESSED = NotificationState.SUPPRESSED.value
 
 
 class QueueRepairs(QueueReads):
     async def retry_dead(self, tenant_id: int, ids: Sequence[int] | None, *, now: float) -> int:
-        """Queue dead notifications again with a fresh attempt budget; ``None`` means all of the
-        tenant's dead ones. Returns how many were requeued."""
+        """``retry_dead_counts``'s first figure: how many were queued again."""
+        return (await self.retry_dead_counts(tenant_id, ids, now=now))[0]
 
-        async def tx(conn: AsyncConnection) -> int:
+    async def retry_dead_counts(
+        self, tenant_id: int, ids: Sequence[int] | None, *, now: float
+    ) -> tuple[int, int]:
+        """Queue dead notifications again with a fresh attempt budget; ``None`` means all of the
+        tenant's dead ones. One whose recipient the tenant has since suppressed for its
+        provider (a recipient that replied STOP, whose answer made it dead) becomes
+        ``suppressed`` instead, never sent. Returns how many were queued again and how many
+        were suppressed."""
+
+        async def tx(conn: AsyncConnection) -> tuple[int, int]:
+            dead = _dead(tenant_id, ids)
+            gone = await suppressed_of(conn, self._box, tenant_id, dead)
+            if gone:
+                await conn.execute(
+                    N.update()
+                    .where(dead & N.c.id.in_(gone))
+                    .values(state=_SUPPRESSED, finished_at=now, last_error=SUPPRESSED_DETAIL)
+                )
             result = await conn.execute(
                 N.update()
-                .where(_dead(tenant_id, ids))
+                .where(dead)
                 .values(state=_QUEUED, failures=0, available_at=now, finished_at=None)
             )
             if result.rowcount and not self._db.is_sqlite:
                 await conn.execute(sa.select(sa.func.pg_notify(CHANNEL, self._db.origin)))
-            return int(result.rowcount)
+            return int(result.rowcount), len(gone)
 
         return await self._db.write(tx)
 

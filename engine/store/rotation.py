@@ -28,6 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.core.crypto import SecretBox
+from engine.core.domain import recipient_key
 from engine.core.errors import OmniPostError
 from engine.store.database import Database
 from engine.store.schema import notifications, providers, suppressions, tenants
@@ -192,7 +193,7 @@ class RotationRepo:
                 unreadable.append(row)
                 continue
             new = self._box.encrypt(plain) if rewrite else token
-            digest = self._box.digest(plain) if column.digest is not None else ""
+            digest = self._box.digest(recipient_key(plain)) if column.digest is not None else ""
             fresh[row_id] = (token, new, digest)
         return fresh, unreadable
 

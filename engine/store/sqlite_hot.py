@@ -134,7 +134,7 @@ def enqueue(
                 [tenant_id, *chunk],
             )
             ids.update({key: row_id for row_id, key in found})
-        suppressed = {rows[i]["idempotency_key"] for i in gone} & fresh
+        suppressed = _first_of_keys(rows, gone) & fresh if gone else set()
         if suppressed:  # rare: inserted queued above, finished here in the same transaction
             _suppress(conn, [ids[key] for key in suppressed], rows[0]["enqueued_at"])
         conn.execute("COMMIT")
@@ -142,6 +142,14 @@ def enqueue(
         conn.execute("ROLLBACK")
         raise
     return ids, fresh, suppressed
+
+
+def _first_of_keys(rows: Sequence[dict[str, Any]], indexes: set[int]) -> set[str]:
+    """The keys whose first row (the one inserted: a repeat names it) is among ``indexes``."""
+    first: dict[str, int] = {}
+    for index, row in enumerate(rows):
+        first.setdefault(row["idempotency_key"], index)
+    return {key for key, index in first.items() if index in indexes}
 
 
 def _suppress(conn: sqlite3.Connection, ids: Sequence[int], now: float) -> None:

@@ -9,7 +9,7 @@ holds until the rotation has run.
 Rows come from two places: the completion of a send whose provider answered that the recipient
 is gone (``record_gone``, in the completion's own transaction), and an operator (``add``). The
 enqueue looks every new notification's recipient up in the same transaction that inserts it
-(``gone_of`` on SQLite, a clause of ``pg_hot.ENQUEUE_SQL`` on Postgres): one found is inserted
+(``gone_of`` on SQLite, a clause of ``pg_hot.enqueue_sql`` on Postgres): one found is inserted
 ``suppressed``, finished and never sent.
 """
 
@@ -20,21 +20,24 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.core.crypto import SecretBox, mask
-from engine.core.domain import NotificationState
+from engine.core.domain import NotificationState, recipient_key
 from engine.core.errors import NotFound, SecretUnreadable
 from engine.store.config import write_audit
 from engine.store.database import Database
 from engine.store.records import Completion, SuppressionRecord
-from engine.store.schema import providers, suppressions, tenants
+from engine.store.schema import notifications, providers, suppressions, tenants
 
 __all__ = [
+    "REASON_MAX",
     "SUPPRESSED_DETAIL",
     "SuppressionRepo",
     "gone_of",
     "record_gone",
+    "suppressed_of",
 ]
 
 S = suppressions
@@ -42,7 +45,7 @@ SUPPRESSED = NotificationState.SUPPRESSED.value
 # The ``last_error`` of a notification suppressed when it was enqueued.
 SUPPRESSED_DETAIL = "not sent: the recipient is on the tenant's suppression list for this provider"
 _LOOKUP_CHUNK = 400  # digests per lookup: far below SQLite's 32,766 parameters
-_REASON_MAX = 500
+REASON_MAX = 500
 SOURCES = ("provider", "operator")
 
 
@@ -77,12 +80,16 @@ async def record_gone(
 ) -> None:
     """Inside a completion's transaction: put the recipient of each of ``done`` (applied
     completions whose provider said the recipient is gone) on its tenant's list, unless it is
-    on it already (under any configured key's digest)."""
-    for c in done:
+    on it already (under any configured key's digest). In digest order, as every writer of the
+    list's unique index goes, so that two completions never wait on each other."""
+    insert = sqlite.insert if is_sqlite else postgresql.insert
+    found = [
+        (box.digests(recipient_key(c.leased.recipient)), c)
+        for c in done
+        if c.leased.recipient  # a lease handed back unread carries none (never gone)
+    ]
+    for digests, c in sorted(found, key=lambda pair: pair[0]):
         leased = c.leased
-        if not leased.recipient:  # a lease handed back unread carries none (never gone)
-            continue
-        digests = box.digests(leased.recipient)
         if await _present(conn, leased.tenant_id, leased.provider_id, digests):
             continue
         row = {
@@ -90,23 +97,47 @@ async def record_gone(
             "provider_id": leased.provider_id,
             "digest": digests[0],
             "recipient": box.encrypt(leased.recipient),
-            "reason": c.detail[:_REASON_MAX],
+            "reason": c.detail[:REASON_MAX],
             "source": "provider",
             "notification_id": leased.id,
             "created_at": c.ts,
         }
-        await conn.execute(_insert(is_sqlite), [row])
+        await conn.execute(insert(S).on_conflict_do_nothing(), [row])
 
 
-def _insert(is_sqlite: bool) -> Any:
-    """An insert that leaves a recipient already on the list as it is."""
-    if is_sqlite:
-        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-        return sqlite_insert(S).on_conflict_do_nothing()
-    from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-    return pg_insert(S).on_conflict_do_nothing()
+async def suppressed_of(
+    conn: AsyncConnection, box: SecretBox, tenant_id: int, where: sa.ColumnElement[bool]
+) -> list[int]:
+    """The ids of the tenant's notifications ``where`` selects whose recipient the tenant
+    suppressed for their provider; none is read when the tenant's list is empty. A recipient
+    no key reads is not suppressed (it cannot be sent either)."""
+    if not await conn.scalar(sa.select(sa.exists().where(S.c.tenant_id == tenant_id))):
+        return []
+    n = notifications.c
+    query = sa.select(n.id, n.provider_id, n.recipient).where((n.tenant_id == tenant_id) & where)
+    rows = list(await conn.execute(query))
+    wanted: list[tuple[int, tuple[str, ...]]] = []
+    ids: list[int] = []
+    for notification_id, provider_id, sealed in rows:
+        try:
+            recipient = box.decrypt(sealed)
+        except SecretUnreadable:
+            continue
+        wanted.append((provider_id, box.digests(recipient_key(recipient))))
+        ids.append(notification_id)
+    by_digest: dict[str, list[int]] = {}
+    for index, (_, digests) in enumerate(wanted):
+        for digest in digests:
+            by_digest.setdefault(digest, []).append(index)
+    gone: set[int] = set()
+    keys = list(by_digest)
+    for start in range(0, len(keys), _LOOKUP_CHUNK):
+        query = sa.select(S.c.digest, S.c.provider_id).where(
+            S.c.tenant_id == tenant_id, S.c.digest.in_(keys[start : start + _LOOKUP_CHUNK])
+        )
+        for digest, provider_id in await conn.execute(query):
+            gone.update(i for i in by_digest[digest] if wanted[i][0] == provider_id)
+    return sorted(ids[i] for i in gone)
 
 
 _LISTED = (
@@ -130,6 +161,7 @@ class SuppressionRepo:
     def __init__(self, db: Database, box: SecretBox) -> None:
         self._db = db
         self._box = box
+        self._insert = sqlite.insert if db.is_sqlite else postgresql.insert
 
     def _record(self, row: Sequence[Any]) -> SuppressionRecord:
         sid, tenant, provider, sealed, reason, source, created, notification = row
@@ -164,17 +196,6 @@ class SuppressionRepo:
 
         return await self._db.read(tx)
 
-    async def count(self, tenant_id: int | None = None) -> dict[int, int]:
-        """How many recipients each tenant (or just ``tenant_id``) suppressed, by tenant id."""
-        query = sa.select(S.c.tenant_id, sa.func.count()).group_by(S.c.tenant_id)
-        if tenant_id is not None:
-            query = query.where(S.c.tenant_id == tenant_id)
-
-        async def tx(conn: AsyncConnection) -> dict[int, int]:
-            return {int(t): int(n) for t, n in await conn.execute(query)}
-
-        return await self._db.read(tx)
-
     async def add(
         self,
         tenant_id: int,
@@ -188,28 +209,34 @@ class SuppressionRepo:
     ) -> int:
         """Put ``recipients`` on the tenant's list for the provider (one transaction, audited
         once, without the recipients); returns how many were not on it already."""
-        given = list(dict.fromkeys(recipients))  # the first of a repeat
-        digests = [self._box.digests(recipient) for recipient in given]
+        by_key: dict[str, str] = {}  # one recipient, however often given: its first spelling
+        for recipient in recipients:
+            by_key.setdefault(recipient_key(recipient), recipient)
+        given = list(by_key.values())
+        digests = [self._box.digests(key) for key in by_key]
         flat = [d for per in digests for d in per]
 
         async def tx(conn: AsyncConnection) -> int:
             before = await _present(conn, tenant_id, provider_id, flat)
+            new = [
+                (r, per) for r, per in zip(given, digests, strict=True) if before.isdisjoint(per)
+            ]
+            sealed = self._box.encrypt_many([r for r, _ in new])
             fresh = [
                 {
                     "tenant_id": tenant_id,
                     "provider_id": provider_id,
                     "digest": per[0],
-                    "recipient": self._box.encrypt(recipient),
-                    "reason": reason[:_REASON_MAX],
+                    "recipient": token,
+                    "reason": reason[:REASON_MAX],
                     "source": "operator",
                     "notification_id": None,
                     "created_at": now,
                 }
-                for recipient, per in zip(given, digests, strict=True)
-                if before.isdisjoint(per)
+                for (_, per), token in zip(new, sealed, strict=True)
             ]
             if fresh:
-                await conn.execute(_insert(self._db.is_sqlite), fresh)
+                await conn.execute(self._insert(S).on_conflict_do_nothing(), fresh)
             await write_audit(
                 conn,
                 now,
@@ -234,7 +261,8 @@ class SuppressionRepo:
         audited; returns how many were."""
 
         async def tx(conn: AsyncConnection) -> int:
-            removed = await _gone_ids(conn, tenant_id, ids)
+            where = (S.c.tenant_id == tenant_id) & S.c.id.in_(ids)
+            removed = int((await conn.execute(S.delete().where(where))).rowcount)
             if removed:
                 detail = {"ids": sorted(ids)[:100], "removed": removed}
                 await write_audit(conn, now, actor, "suppression.remove", tenant_id, detail)
@@ -254,7 +282,7 @@ class SuppressionRepo:
     ) -> None:
         """Take ``recipient`` off the tenant's list for the provider, audited; NotFound when it
         is not on it."""
-        digests = self._box.digests(recipient)
+        digests = self._box.digests(recipient_key(recipient))
 
         async def tx(conn: AsyncConnection) -> None:
             result = await conn.execute(
@@ -273,11 +301,6 @@ class SuppressionRepo:
             )
 
         await self._db.write(tx)
-
-
-async def _gone_ids(conn: AsyncConnection, tenant_id: int, ids: Sequence[int]) -> int:
-    result = await conn.execute(S.delete().where(S.c.tenant_id == tenant_id, S.c.id.in_(ids)))
-    return int(result.rowcount)
 
 
 async def _present(
