@@ -34,12 +34,11 @@ def open_view(c: Console) -> SuppressionsView:
 
 
 def cells(view: SuppressionsView) -> list[list[str]]:
-    table = view.table
-    found = []
-    for r in range(table.rowCount()):
-        items = [table.item(r, col) for col in range(table.columnCount())]
-        found.append([item.text() if item is not None else "" for item in items])
-    return found
+    model = view.model
+    return [
+        [str(model.index(r, col).data()) for col in range(model.columnCount())]
+        for r in range(model.rowCount())
+    ]
 
 
 def test_suppress_show_and_remove(harness: Console, tmp_path: Path) -> None:
@@ -55,7 +54,7 @@ def test_suppress_show_and_remove(harness: Console, tmp_path: Path) -> None:
     view.recipient.setText(DEVICE)
     view.reason.setText("uninstalled")
     view.add_button.click()
-    c.wait(lambda: view.table.rowCount() == 1)
+    c.wait(lambda: view.model.rowCount() == 1)
     assert "Suppressed 1 recipient of acme for sim" in view.message.text()
     [row] = cells(view)
     assert row[1:4] == ["sim", row[2], "operator"] and row[6] == "uninstalled"
@@ -67,7 +66,7 @@ def test_suppress_show_and_remove(harness: Console, tmp_path: Path) -> None:
     listing = tmp_path / "bounces.txt"
     listing.write_text("a@example.com\n\nb@example.com\n")
     view.import_file(listing)
-    c.wait(lambda: view.table.rowCount() == 3)
+    c.wait(lambda: view.model.rowCount() == 3)
     assert "Suppressed 2 recipients" in view.message.text()
     assert [r[6] for r in cells(view)][:2] == ["imported from bounces.txt"] * 2
     view.import_file(tmp_path / "missing.txt")
@@ -79,7 +78,7 @@ def test_suppress_show_and_remove(harness: Console, tmp_path: Path) -> None:
     assert "again?" in view.remove_button.text()  # the first click only asks
     assert len(c.run(c.engine.suppressions("acme"))) == 3
     view.remove_button.click()
-    c.wait(lambda: view.table.rowCount() == 2)
+    c.wait(lambda: view.model.rowCount() == 2)
     assert "Removed 1 entry from acme's list" in view.message.text()
     assert not c.run(c.engine.enqueue("acme", "sim", DEVICE, {}, key="k2")).suppressed
     actions = [e.action for e in c.run(c.engine.audit_entries())]
@@ -87,7 +86,7 @@ def test_suppress_show_and_remove(harness: Console, tmp_path: Path) -> None:
 
     view.tenant.setEditText("globex")  # another tenant's list is its own
     view.reload()
-    c.wait(lambda: view.table.rowCount() == 0)
+    c.wait(lambda: view.model.rowCount() == 0)
     assert view.count.text() == "0 suppressed for globex"
     view.tenant.setEditText("nobody")
     view.reload()

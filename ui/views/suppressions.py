@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -16,8 +17,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPushButton,
-    QTableWidget,
-    QTableWidgetItem,
+    QTableView,
     QVBoxLayout,
     QWidget,
 )
@@ -25,20 +25,46 @@ from PySide6.QtWidgets import (
 from engine import ProviderRecord, SuppressionRecord, TenantRecord
 from ui.bridge import Bridge
 from ui.fmt import fmt_when
+from ui.record_model import Column
 from ui.suppression_bridge import SHOWN
-from ui.views.table_tools import NameCombo
+from ui.table_model import ShownModel
+from ui.views.table_tools import NameCombo, sized_columns
 
-__all__ = ["SuppressionsView"]
+__all__ = ["SuppressionsModel", "SuppressionsView"]
 
-COLUMNS = ("ID", "Provider", "Recipient", "Source", "Added", "Notification", "Reason")
 EVERY = "every provider"
+
+
+def _notification(e: SuppressionRecord) -> str:
+    return "-" if e.notification_id is None else str(e.notification_id)
+
+
+class SuppressionsModel(ShownModel[SuppressionRecord]):
+    """A tenant's entries, one a row, the recipient masked."""
+
+    columns = (
+        Column[SuppressionRecord]("ID", lambda e: str(e.id), lambda e: e.id, right=True),
+        Column[SuppressionRecord]("Provider", lambda e: e.provider),
+        Column[SuppressionRecord]("Recipient", lambda e: e.recipient_masked),
+        Column[SuppressionRecord](
+            "Source", lambda e: e.source, tip="provider: its answer said the recipient is gone"
+        ),
+        Column[SuppressionRecord](
+            "Added", lambda e: fmt_when(e.created_at), lambda e: e.created_at
+        ),
+        Column[SuppressionRecord]("Notification", _notification, right=True),
+        Column[SuppressionRecord]("Reason", lambda e: e.reason or "-"),
+    )
+
+    def key(self, row: SuppressionRecord) -> int:
+        return row.id
 
 
 class SuppressionsView(QWidget):
     def __init__(self, bridge: Bridge, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.bridge = bridge
-        self._entries: list[SuppressionRecord] = []
+        self.model = SuppressionsModel(self)
         self._shown_for = ""  # the tenant whose entries the table holds
         self._confirming: tuple[int, ...] | None = None  # what a first click on Remove picked
 
@@ -98,15 +124,16 @@ class SuppressionsView(QWidget):
         layout.addLayout(add)
         layout.addWidget(self.message)
 
-    def _make_table(self) -> QTableWidget:
-        table = QTableWidget(0, len(COLUMNS))
-        table.setHorizontalHeaderLabels(COLUMNS)
-        table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    def _make_table(self) -> QTableView:
+        table = QTableView()
+        table.setModel(self.model)
+        table.setSortingEnabled(True)
+        table.sortByColumn(0, Qt.SortOrder.DescendingOrder)  # newest first, as listed
         table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
-        table.verticalHeader().setVisible(False)
-        table.horizontalHeader().setStretchLastSection(True)
-        table.itemSelectionChanged.connect(self._reset_confirm)
+        table.verticalHeader().hide()
+        sized_columns(table, self.model)
+        table.selectionModel().selectionChanged.connect(self._reset_confirm)
         return table
 
     # -- data ------------------------------------------------------------------------------
@@ -137,23 +164,9 @@ class SuppressionsView(QWidget):
 
     def set_entries(self, tenant: str, entries: Sequence[SuppressionRecord]) -> None:
         self._shown_for = tenant
-        self._entries = list(entries)
-        self.table.setRowCount(len(self._entries))
-        for row, e in enumerate(self._entries):
-            cells = (
-                str(e.id),
-                e.provider,
-                e.recipient_masked,
-                e.source,
-                fmt_when(e.created_at),
-                "-" if e.notification_id is None else str(e.notification_id),
-                e.reason or "-",
-            )
-            for column, text in enumerate(cells):
-                self.table.setItem(row, column, QTableWidgetItem(text))
-        self.table.resizeColumnsToContents()
-        more = f" (the newest {SHOWN})" if len(self._entries) == SHOWN else ""
-        self.count.setText(f"{len(self._entries)} suppressed for {tenant}{more}")
+        self.model.set_rows(entries)
+        more = f" (the newest {SHOWN})" if len(entries) == SHOWN else ""
+        self.count.setText(f"{len(entries)} suppressed for {tenant}{more}")
         self._reset_confirm()
 
     # -- changes ---------------------------------------------------------------------------
@@ -215,7 +228,7 @@ class SuppressionsView(QWidget):
         if not rows:
             self.message.setText("Select the entries to remove.")
             return
-        ids = tuple(self._entries[r].id for r in rows)
+        ids = tuple(self.model.record(r).id for r in rows)
         if self._confirming != ids:
             self._confirming = ids
             n = len(ids)
@@ -227,6 +240,6 @@ class SuppressionsView(QWidget):
     def _filter(self) -> str:
         return str(self.provider_filter.currentData() or "")
 
-    def _reset_confirm(self) -> None:
+    def _reset_confirm(self, *_selection: object) -> None:
         self._confirming = None
         self.remove_button.setText("Remove selected")
