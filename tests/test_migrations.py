@@ -18,6 +18,7 @@ from engine.core.crypto import SecretBox
 from engine.core.errors import StoreError
 from engine.store import Store, normalize_url
 from engine.store import store as store_module
+from engine.store.partial_indexes import PARTIAL_INDEXES
 from engine.store.schema import metadata
 
 # The newest revision, read from the migration scripts themselves.
@@ -86,6 +87,12 @@ async def test_migrated_schema_matches_the_metadata(store_url: str, box: SecretB
     async with Store(store_url, box) as store:
         assert await store.migrate() == HEAD
     assert await _schema_diffs(store_url) == []
+    assert sorted(index.name or "" for index in PARTIAL_INDEXES) == [
+        "ix_notifications_finished",
+        "ix_notifications_leased_expiry",
+        "ix_notifications_leased_owner",
+        "ix_notifications_queued_due",
+    ]
 
 
 async def test_the_comparison_sees_drift(store_url: str, box: SecretBox) -> None:

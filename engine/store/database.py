@@ -12,7 +12,7 @@ import logging
 import sqlite3
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event, exc
@@ -22,6 +22,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from engine.core.errors import ConfigError, StoreError, StoreUnavailable
 from engine.core.policy import STORE_RETRY
 from engine.store.translate import Locked, pg_lost, translated
+
+if TYPE_CHECKING:
+    from sqlalchemy.dialects import postgresql, sqlite
 
 # asyncpg is imported where Postgres needs it, once a Postgres store connects: a command on
 # SQLite starts without it.
@@ -121,6 +124,17 @@ class Database:
     @property
     def is_sqlite(self) -> bool:
         return self.dialect == "sqlite"
+
+    def insert(self, table: sa.Table) -> sqlite.Insert | postgresql.Insert:
+        """``INSERT INTO table`` with this database's ``ON CONFLICT`` clauses. The dialect is
+        imported here, on first use: Postgres's costs a command on SQLite 20 ms to import."""
+        if self.is_sqlite:
+            from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+            return sqlite_insert(table)
+        from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+
+        return postgresql_insert(table)
 
     async def dispose(self) -> None:
         for lane in self._lanes.values():

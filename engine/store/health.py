@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.core.errors import NotFound
@@ -31,7 +30,7 @@ Transition = Callable[[Health], Health | None]
 class HealthRepo:
     def __init__(self, db: Database) -> None:
         self._db = db
-        self._insert = sqlite.insert if db.is_sqlite else postgresql.insert
+        self._insert = db.insert
 
     async def all(self) -> dict[int, Health]:
         """Every provider's circuit by provider id (closed for one never seen failing)."""

@@ -16,7 +16,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.core.domain import NotificationState
@@ -57,7 +56,7 @@ _TABLES = (
 class MaintenanceRepo:
     def __init__(self, db: Database, *, batch: int = 1000) -> None:
         self._db = db
-        self._insert = sqlite.insert if db.is_sqlite else postgresql.insert
+        self._insert = db.insert
         self.batch = batch
 
     # -- settings ---------------------------------------------------------------------------

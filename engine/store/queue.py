@@ -280,7 +280,7 @@ class QueueRepo(QueueRepairs):
                 ok.add(c.leased.id)
         gone = [c for c in completions if c.gone and c.leased.id in ok]
         if gone:
-            await record_gone(conn, self._box, gone, is_sqlite=self._db.is_sqlite)
+            await record_gone(conn, self._box, gone, db=self._db)
         return ok
 
     async def _deliver(self, done: Sequence[Completion], worker: str) -> list[bool]:

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.store.database import Database
@@ -45,7 +44,7 @@ class RequestClaim:
 class RequestRepo:
     def __init__(self, db: Database) -> None:
         self._db = db
-        self._insert = sqlite.insert if db.is_sqlite else postgresql.insert
+        self._insert = db.insert
 
     async def claim(
         self,

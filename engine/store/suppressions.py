@@ -20,7 +20,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.core.crypto import SecretBox, mask
@@ -76,13 +75,12 @@ def gone_of(
 
 
 async def record_gone(
-    conn: AsyncConnection, box: SecretBox, done: Iterable[Completion], *, is_sqlite: bool
+    conn: AsyncConnection, box: SecretBox, done: Iterable[Completion], *, db: Database
 ) -> None:
     """Inside a completion's transaction: put the recipient of each of ``done`` (applied
     completions whose provider said the recipient is gone) on its tenant's list, unless it is
     on it already (under any configured key's digest). In digest order, as every writer of the
     list's unique index goes, so that two completions never wait on each other."""
-    insert = sqlite.insert if is_sqlite else postgresql.insert
     found = [
         (box.digests(recipient_key(c.leased.recipient)), c)
         for c in done
@@ -102,7 +100,7 @@ async def record_gone(
             "notification_id": leased.id,
             "created_at": c.ts,
         }
-        await conn.execute(insert(S).on_conflict_do_nothing(), [row])
+        await conn.execute(db.insert(S).on_conflict_do_nothing(), [row])
 
 
 async def suppressed_of(
@@ -161,7 +159,7 @@ class SuppressionRepo:
     def __init__(self, db: Database, box: SecretBox) -> None:
         self._db = db
         self._box = box
-        self._insert = sqlite.insert if db.is_sqlite else postgresql.insert
+        self._insert = db.insert
 
     def _record(self, row: Sequence[Any]) -> SuppressionRecord:
         sid, tenant, provider, sealed, reason, source, created, notification = row

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from alembic import context
 
+from engine.store.partial_indexes import PARTIAL_INDEXES
 from engine.store.schema import metadata
+
+assert PARTIAL_INDEXES  # importing them put them in ``metadata``, which autogenerate compares
 
 connection = context.config.attributes.get("connection")
 if connection is None:  # pragma: no cover - only reached by a bare `alembic` command
