@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 from engine.core.clock import Clock, SystemClock
 from engine.core.domain import Message, SendResult
 from engine.core.errors import ConfigError
-from engine.providers._http import request_failed
+from engine.providers._http import OwnedClient, request_failed
 from engine.providers.base import ProviderConfig
 from engine.providers.schema import OptionSpec, ProviderKind
 from engine.providers.webhook import parse_retry_after
@@ -126,8 +126,7 @@ class ApnsProvider:
         self.priority = priority
         self.expiration_s = expiration_s
         self.timeout_s = timeout_s
-        self._client = client
-        self._owns_client = client is None
+        self._clients = OwnedClient(client, self._new_client)
         self._clock = clock or SystemClock()
         self._token: str | None = None
         self._token_at = 0.0
@@ -166,18 +165,16 @@ class ApnsProvider:
             timeout_s=opts.number("timeout_s"),
         )
 
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            import ssl
+    def _new_client(self) -> httpx.AsyncClient:
+        """HTTP/2 (h2), verifying Apple's certificate, or ``ca_file``'s."""
+        import ssl
 
-            import httpx
+        import httpx
 
-            verify = ssl.create_default_context(cafile=self.ca_file) if self.ca_file else True
-            self._client = httpx.AsyncClient(
-                http2=True, verify=verify, follow_redirects=False, timeout=self.timeout_s
-            )
-            self._owns_client = True
-        return self._client
+        verify = ssl.create_default_context(cafile=self.ca_file) if self.ca_file else True
+        return httpx.AsyncClient(
+            http2=True, verify=verify, follow_redirects=False, timeout=self.timeout_s
+        )
 
     def _bearer(self) -> str:
         now = self._clock.wall()
@@ -223,7 +220,7 @@ class ApnsProvider:
         headers["authorization"] = f"bearer {self._bearer()}"
         url = f"{self.base_url}/3/device/{message.recipient}"
         try:
-            response = await self._http().post(url, content=body, headers=headers)
+            response = await self._clients.get().post(url, content=body, headers=headers)
         except httpx.HTTPError as exc:
             return request_failed(exc, message.recipient, "APNs", self.timeout_s)
         return self._result(response)
@@ -251,9 +248,7 @@ class ApnsProvider:
         return SendResult.permanent(label)
 
     async def aclose(self) -> None:
-        client, self._client = self._client, None
-        if client is not None and self._owns_client:
-            await client.aclose()
+        await self._clients.aclose()
 
     def __repr__(self) -> str:
         return f"ApnsProvider(name={self.name!r}, topic={self.topic!r}, base_url={self.base_url!r})"

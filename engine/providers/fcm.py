@@ -42,7 +42,7 @@ from urllib.parse import urlsplit
 from engine.core.clock import Clock, SystemClock
 from engine.core.domain import Message, SendResult
 from engine.core.errors import ConfigError
-from engine.providers._http import http_client, json_object, request_failed
+from engine.providers._http import OwnedClient, http_client, json_object, request_failed
 from engine.providers._options import redact
 from engine.providers.base import ProviderConfig
 from engine.providers.schema import OptionSpec, ProviderKind
@@ -132,8 +132,7 @@ class FcmProvider:
         self.url = f"{base_url.rstrip('/')}/v1/projects/{project_id}/messages:send"
         self.token_url = token_url
         self.timeout_s = timeout_s
-        self._client = client
-        self._owns_client = client is None
+        self._clients = OwnedClient(client, self._new_client)
         self._clock = clock or SystemClock()
         self._token: str | None = None
         self._token_until = 0.0
@@ -158,11 +157,8 @@ class FcmProvider:
             timeout_s=opts.number("timeout_s"),
         )
 
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = http_client(self.timeout_s)
-            self._owns_client = True
-        return self._client
+    def _new_client(self) -> httpx.AsyncClient:
+        return http_client(self.timeout_s)
 
     async def _access_token(self, *, fresh: bool = False) -> str | SendResult:
         """A live access token, or the outcome that stands for not getting one. One fetch at a
@@ -185,7 +181,7 @@ class FcmProvider:
 
         assertion = jwt_assertion(self._key, self.client_email, self.token_url, now)
         try:
-            response = await self._http().post(
+            response = await self._clients.get().post(
                 self.token_url,
                 data={"grant_type": GRANT, "assertion": assertion},
                 headers={"User-Agent": user_agent()},
@@ -250,7 +246,7 @@ class FcmProvider:
         if isinstance(token, SendResult):
             return token
         try:
-            return await self._http().post(
+            return await self._clients.get().post(
                 self.url,
                 json=body,
                 headers={"Authorization": f"Bearer {token}", "User-Agent": user_agent()},
@@ -286,9 +282,7 @@ class FcmProvider:
         return SendResult.permanent(label)
 
     async def aclose(self) -> None:
-        client, self._client = self._client, None
-        if client is not None and self._owns_client:
-            await client.aclose()
+        await self._clients.aclose()
 
     def __repr__(self) -> str:
         return f"FcmProvider(name={self.name!r}, project_id={self.project_id!r})"

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 from engine.core.clock import Clock, SystemClock
 from engine.core.domain import Message, SendResult
-from engine.providers._http import http_client, json_object, request_failed
+from engine.providers._http import OwnedClient, http_client, json_object, request_failed
 from engine.providers._options import redact
 from engine.providers.base import ProviderConfig
 from engine.providers.schema import OptionSpec, ProviderKind
@@ -77,8 +77,7 @@ class TwilioProvider:
         self.messaging_service_sid = messaging_service_sid
         self.url = f"{base_url.rstrip('/')}/2010-04-01/Accounts/{account_sid}/Messages.json"
         self.timeout_s = timeout_s
-        self._client = client
-        self._owns_client = client is None
+        self._clients = OwnedClient(client, self._new_client)
         self._clock = clock or SystemClock()
 
     @classmethod
@@ -107,11 +106,8 @@ class TwilioProvider:
             timeout_s=opts.number("timeout_s"),
         )
 
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = http_client(self.timeout_s)
-            self._owns_client = True
-        return self._client
+    def _new_client(self) -> httpx.AsyncClient:
+        return http_client(self.timeout_s)
 
     def form(self, message: Message) -> dict[str, str] | str:
         """The request's form fields, or a sentence saying why the message cannot be sent."""
@@ -134,7 +130,7 @@ class TwilioProvider:
 
         now = self._clock.wall()
         try:
-            response = await self._http().post(
+            response = await self._clients.get().post(
                 self.url,
                 data=fields,
                 headers={"User-Agent": user_agent(), "Accept": "application/json"},
@@ -172,9 +168,7 @@ class TwilioProvider:
         return SendResult.permanent(label)
 
     async def aclose(self) -> None:
-        client, self._client = self._client, None
-        if client is not None and self._owns_client:
-            await client.aclose()
+        await self._clients.aclose()
 
     def __repr__(self) -> str:
         sender = self.messaging_service_sid or self.sender

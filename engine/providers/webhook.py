@@ -54,7 +54,7 @@ from urllib.parse import urlsplit
 from engine.core.clock import Clock, SystemClock
 from engine.core.domain import Message, SendResult
 from engine.core.errors import ConfigError
-from engine.providers._http import http_client
+from engine.providers._http import OwnedClient, http_client
 from engine.providers._options import Options, redact
 from engine.providers.base import ProviderConfig
 
@@ -201,8 +201,7 @@ class WebhookProvider:
         self.timeout_s = timeout_s
         self._headers = dict(headers or {})
         self._signing_key = signing_key or None
-        self._client = client
-        self._owns_client = client is None
+        self._clients = OwnedClient(client, self._new_client)
         self._clock = clock or SystemClock()
 
     @classmethod
@@ -223,11 +222,8 @@ class WebhookProvider:
             signing_key=opts.text("signing_key") or None,
         )
 
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = http_client(self.timeout_s)
-            self._owns_client = True
-        return self._client
+    def _new_client(self) -> httpx.AsyncClient:
+        return http_client(self.timeout_s)
 
     @staticmethod
     def encode(message: Message) -> bytes:
@@ -260,10 +256,10 @@ class WebhookProvider:
         }
         if self._signing_key:
             headers[SIGNATURE_HEADER] = sign(self._signing_key, body, int(now))
-        import httpx  # already loaded by ``_http`` once a webhook sends
+        import httpx  # loaded on the first send, as the client is (engine/providers/_http.py)
 
         try:
-            response = await self._http().post(
+            response = await self._clients.get().post(
                 self.url, content=body, headers=headers, timeout=self.timeout_s
             )
         except httpx.TimeoutException:
@@ -297,9 +293,7 @@ class WebhookProvider:
 
     async def aclose(self) -> None:
         """Close the client if the provider opened it; safe to call twice."""
-        client, self._client = self._client, None
-        if client is not None and self._owns_client:
-            await client.aclose()
+        await self._clients.aclose()
 
     def __repr__(self) -> str:
         parts = urlsplit(self.url)
