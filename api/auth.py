@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from fastapi import Request
 
-from api.coalesce import Coalescer
+from api.coalesce import ROUND_ROWS, Coalescer
 from api.metrics import ApiMetrics
 from api.problems import ProblemError
 from api.recent import Recent
@@ -55,9 +55,13 @@ class Door:
         self.settings = settings
         self.metrics = metrics
         self.buckets = KeyBuckets(time.monotonic)
-        # SQLite writes one transaction at a time; Postgres overlaps a few.
-        writers = 1 if engine.store_url.startswith("sqlite") else 4
-        self.coalescer = Coalescer(engine, writers=writers)
+        # SQLite writes one transaction at a time; Postgres overlaps a few, of a few hundred
+        # rows each (bench/http_api.py: rounds of any size left this loop idle a fifth of the
+        # time while one big round was in the store).
+        if engine.store_url.startswith("sqlite"):
+            self.coalescer = Coalescer(engine)
+        else:
+            self.coalescer = Coalescer(engine, writers=4, round_rows=ROUND_ROWS)
         self._tenants = Recent[TenantRecord](_TENANT_TTL_S)
         self._keys = Recent[ApiKeyRecord | None](KEY_TTL_S, keep=_known)  # by the key's SHA-256
         self._queued = Recent[list[int]](_QUEUED_TTL_S)  # tenant -> [count, added since]

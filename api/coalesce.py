@@ -22,12 +22,13 @@ from typing import Any
 
 from engine import Engine, EnqueueResult, StoreError
 
-__all__ = ["Coalescer"]
+__all__ = ["MAX_ROWS", "ROUND_ROWS", "Coalescer"]
 
 log = logging.getLogger(__name__)
 
 Row = tuple[str, str, dict[str, Any], str | None, int]
 MAX_ROWS = 5000  # rows of one tenant in one transaction
+ROUND_ROWS = 500  # rows a Postgres writer takes at once (see Coalescer.round_rows)
 
 
 @dataclass
@@ -42,9 +43,20 @@ class _Ask:
 class Coalescer:
     """``await coalescer.enqueue(tenant, rows)``: ``Engine.enqueue_many``, group-committed."""
 
-    def __init__(self, engine: Engine, *, writers: int = 1, max_rows: int = MAX_ROWS) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        writers: int = 1,
+        max_rows: int = MAX_ROWS,
+        round_rows: int | None = None,
+    ) -> None:
         self.engine = engine
         self.max_rows = max_rows
+        # Rows a writer takes at once (whole requests; at least one): with several writers, a
+        # round no bigger than this leaves the rest waiting to the next free writer, so the
+        # store's connections and this loop work side by side instead of one big round at a time.
+        self.round_rows = max_rows if round_rows is None else round_rows
         self.writers = writers  # rounds written at once: 1 on SQLite (one writer), more on Postgres
         self._waiting: list[_Ask] = []
         self._writing: set[asyncio.Task[None]] = set()
@@ -84,7 +96,9 @@ class Coalescer:
         round_: list[_Ask] = []
         try:
             while self._waiting:
-                round_, self._waiting = self._waiting, []
+                round_, self._waiting = _cut(self._waiting, self.round_rows)
+                if self._waiting and len(self._writing) < self.writers:
+                    self._start()  # the rest goes to another writer at once, not after this one
                 by_tenant: dict[str, list[_Ask]] = {}
                 for ask in round_:
                     by_tenant.setdefault(ask.tenant, []).append(ask)
@@ -126,6 +140,17 @@ class Coalescer:
             except Exception as exc:  # noqa: BLE001 - the request's own error, to its caller
                 if not ask.answer.done():
                     ask.answer.set_exception(exc)
+
+
+def _cut(waiting: list[_Ask], rows: int) -> tuple[list[_Ask], list[_Ask]]:
+    """``waiting`` split after its first requests of at most ``rows`` rows together (at least
+    one request, whatever its size)."""
+    size = 0
+    for index, ask in enumerate(waiting):
+        size += len(ask.rows)
+        if size > rows and index:
+            return waiting[:index], waiting[index:]
+    return waiting, []
 
 
 def _settle(ask: _Ask, results: list[EnqueueResult]) -> None:

@@ -46,6 +46,7 @@ __all__ = ["MAX_IDEMPOTENCY_KEY", "router"]
 MAX_IDEMPOTENCY_KEY = 255
 MAX_ID = 2**63 - 1  # the store's ids are 64-bit
 _QUEUED = NotificationState.QUEUED.value
+_SUPPRESSED = NotificationState.SUPPRESSED.value
 _PROBLEM: dict[str, Any] = {
     "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}
 }
@@ -178,12 +179,12 @@ async def _queue(
 ) -> dict[str, Any]:
     """Check every item, then queue them all in one transaction."""
     batch = isinstance(body, Batch)
-    for index, item in enumerate(items):
-        if not await door.engine.provider_known(item.provider):
+    # Each name once, in the order of its first item (a batch names a few, again and again).
+    for provider in dict.fromkeys(item.provider for item in items):
+        if not await door.engine.provider_known(provider):
+            index = next(i for i, item in enumerate(items) if item.provider == provider)
             name = f"notifications[{index}].provider" if batch else "provider"
-            raise ProblemError(
-                422, f"{name}: there is no provider named {item.provider!r}.", field=name
-            )
+            raise ProblemError(422, f"{name}: there is no provider named {provider!r}.", field=name)
     tenant = await door.tenant(caller.tenant)
     cap = door.max_queued(tenant)
     queued = await door.queued(caller.tenant)
@@ -208,26 +209,19 @@ async def _queue(
     ]
     results = await door.coalescer.enqueue(caller.tenant, rows)
     door.added(caller.tenant, sum(not (r.duplicate or r.suppressed) for r in results))
-    answers = [
-        await _queued(door, caller, item, result)
-        for item, result in zip(items, results, strict=True)
-    ]
+    answers = [_queued(item, result) for item, result in zip(items, results, strict=True)]
+    for answer, result in zip(answers, results, strict=True):
+        if result.duplicate:  # queued before: its state now
+            answer["state"] = (await door.engine.notification(caller.tenant, result.id)).state.value
     return {"notifications": answers} if batch else answers[0]
 
 
-async def _queued(
-    door: Door, caller: Caller, item: NewNotification, result: EnqueueResult
-) -> dict[str, Any]:
-    """One item's answer, as ``Queued`` describes it."""
-    if result.suppressed:  # its recipient is on the tenant's suppression list
-        state = NotificationState.SUPPRESSED.value
-    elif not result.duplicate:
-        state = _QUEUED
-    else:
-        state = (await door.engine.notification(caller.tenant, result.id)).state.value
+def _queued(item: NewNotification, result: EnqueueResult) -> dict[str, Any]:
+    """One item's answer, as ``Queued`` describes it (a duplicate's state is read after)."""
     return {
         "id": result.id,
-        "state": state,
+        # Suppressed: its recipient is on the tenant's suppression list.
+        "state": _SUPPRESSED if result.suppressed else _QUEUED,
         # A key made up here (``http:``) is this request's own: its row, found again after a
         # restart, is no duplicate of another request.
         "duplicate": result.duplicate and not result.idempotency_key.startswith("http:"),

@@ -261,6 +261,15 @@ BAD: list[tuple[str, dict[str, str], bytes, int, str | None]] = [
         422,
         "notifications[1].provider",
     ),
+    (
+        "two unknown providers in a batch: the first is named",
+        {},
+        b'{"notifications": [{"provider": "sim", "recipient": "a"},'
+        b' {"provider": "zz", "recipient": "b"}, {"provider": "sim", "recipient": "c"},'
+        b' {"provider": "aa", "recipient": "d"}, {"provider": "zz", "recipient": "e"}]}',
+        422,
+        "notifications[1].provider",
+    ),
     ("too large", {}, b'{"provider": "sim", "recipient": "' + b"x" * (1 << 20) + b'"}', 413, None),
 ]
 

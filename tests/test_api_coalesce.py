@@ -6,6 +6,7 @@ alone, and nothing is written twice."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -69,6 +70,38 @@ async def test_several_writers_at_once(make_engine: EngineFactory) -> None:
     for n, results in enumerate(answers):
         assert [r.duplicate for r in results] == [False, True]  # the same key twice in one request
         assert results[0].idempotency_key == f"k{n}"
+    assert len(await engine.notifications("acme", limit=100)) == 30
+
+
+async def test_a_backlog_goes_to_several_writers_in_rounds_of_a_few_rows(
+    make_engine: EngineFactory,
+) -> None:
+    engine = await make_engine()
+    await engine.add_tenant("acme")
+    await engine.add_provider("sim", "simulated")
+    rounds: list[int] = []
+    under_way = most = 0
+    real = engine.enqueue_many
+
+    async def watched(tenant: str, rows: Any) -> Any:
+        nonlocal under_way, most
+        rounds.append(len(rows))
+        under_way += 1
+        most = max(most, under_way)
+        try:
+            await asyncio.sleep(0.01)  # the store at work: other writers start meanwhile
+            return await real(tenant, rows)
+        finally:
+            under_way -= 1
+
+    engine.enqueue_many = watched  # type: ignore[method-assign,assignment]
+    coalescer = Coalescer(engine, writers=3, round_rows=6)
+    answers = await asyncio.gather(
+        *(coalescer.enqueue("acme", [("sim", f"u{n}@x.y", {}, f"k{n}", 0)] * 2) for n in range(30))
+    )
+    assert [len(a) for a in answers] == [2] * 30
+    assert sum(rounds) == 60 and max(rounds) <= 6  # three requests of two rows at most
+    assert most == 3  # every writer at work at once
     assert len(await engine.notifications("acme", limit=100)) == 30
 
 

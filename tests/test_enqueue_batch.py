@@ -1,15 +1,18 @@
 """The batch helpers of an enqueue give what their one-row forms give: a recipient encrypted
 (``SecretBox.encrypt_many``), its digests (``SecretBox.digest_columns``), a made-up key
-(``new_keys``)."""
+(``new_keys``), a payload written as JSON (``payload_texts``)."""
 
 from __future__ import annotations
 
+import json
+import math
 import uuid
 
 import pytest
 
 from engine.api.notifications import new_keys
 from engine.core.crypto import SecretBox
+from engine.store.queue import payload_texts
 
 TEXTS = ["ada@example.com", "+15551234567", "naïve ✓ 🚀", "x" * 300, "a"]
 
@@ -40,3 +43,28 @@ def test_made_up_keys_are_random_uuids_in_hex(n: int) -> None:
     for key in keys:
         made = uuid.UUID(hex=key)
         assert (made.hex, made.version, made.variant) == (key, 4, uuid.RFC_4122)
+
+
+PAYLOADS = [
+    {},
+    {"subject": "hi", "n": 1},
+    {"text": "naïve ✓ 🚀", "quote": 'say "hi"\\n', "nested": {"a": [1, 2.5, None, True]}},
+    {"big": 10**30, "small": 1e-7, "neg": -0.0, "list": list(range(50))},
+    {"control": "\x00\x1f\u2028"},
+    ["not", "a", "dict"],
+]
+
+
+def test_payload_texts_read_back_as_json_writes_them() -> None:
+    texts = payload_texts(PAYLOADS)
+    assert [json.loads(t) for t in texts] == [json.loads(json.dumps(p)) for p in PAYLOADS]
+    assert payload_texts([]) == []
+
+
+def test_payload_texts_keep_what_only_json_could_write() -> None:
+    lone, odd = payload_texts([{"s": "\udcff"}, {"nan": math.nan, "inf": -math.inf}])
+    assert lone == '{"s":"\\udcff"}'  # escaped, as json writes it: there is no UTF-8 for it
+    read = json.loads(odd)
+    assert math.isnan(read["nan"]) and read["inf"] == -math.inf
+    with pytest.raises(TypeError):  # as before: what JSON has no form for is refused
+        payload_texts([{"x": object()}])

@@ -29,7 +29,7 @@ from engine.store.repairs import QueueRepairs
 from engine.store.schema import delivery_log, notifications
 from engine.store.suppressions import record_gone
 
-__all__ = ["LEASED_ONLY", "QueueRepo", "reap_statement", "renew_statement"]
+__all__ = ["LEASED_ONLY", "QueueRepo", "payload_texts", "reap_statement", "renew_statement"]
 
 N = notifications
 _CHUNK = 500
@@ -40,6 +40,29 @@ _dumps = json.JSONEncoder(separators=(",", ":")).encode  # json.dumps builds one
 # Leased rows, with the state as a literal: the lease indexes are partial on exactly this, and a
 # Postgres prepared statement's generic plan uses them only when its text says so (schema.py).
 LEASED_ONLY = N.c.state == sa.literal_column(f"'{_LEASED}'")
+
+
+def payload_texts(payloads: Sequence[Any]) -> list[str]:
+    """Each of ``payloads`` as JSON text, written by pydantic-core (Rust): a tenth of the time
+    of ``json`` (0.24 against 2.2 us a small payload here), paid per row of every enqueue. The
+    texts read back as ``json.dumps``'s would (non-ASCII is kept as it is, not escaped; NaN and
+    the infinities are written as ``json`` writes them). A payload it cannot write (a lone
+    surrogate, which has no UTF-8) is written by ``json``, escaped as before."""
+    to_json = _to_json()
+    texts = []
+    for payload in payloads:
+        try:
+            texts.append(to_json(payload, inf_nan_mode="constants").decode())
+        except ValueError:  # PydanticSerializationError
+            texts.append(_dumps(payload))
+    return texts
+
+
+@functools.cache
+def _to_json() -> Any:
+    from pydantic_core import to_json  # on first enqueue: 30 ms a command need not pay to start
+
+    return to_json
 
 
 class QueueRepo(QueueRepairs):
@@ -60,7 +83,7 @@ class QueueRepo(QueueRepairs):
         tokens = self._box.encrypt_many(recipients)
         # Looked up on the tenant's suppression list as they are inserted.
         digests = self._box.digest_columns([recipient_key(r) for r in recipients])
-        payloads = [_dumps(item.payload) for item in items]
+        payloads = payload_texts([item.payload for item in items])
         if self._db.is_sqlite:  # one trip to its thread: see engine/store/sqlite_hot.py
             rows = [
                 self._row(tenant_id, item, token, payload, now)
