@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 import uuid
 
 import pytest
@@ -37,12 +38,24 @@ def test_digest_columns_are_the_digests_by_key(key_count: int) -> None:
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 100])
-def test_made_up_keys_are_random_uuids_in_hex(n: int) -> None:
+def test_made_up_keys_are_version_7_uuids_in_hex(n: int) -> None:
+    before = time.time_ns() // 1_000_000
     keys = new_keys(n)
+    after = time.time_ns() // 1_000_000
     assert len(keys) == len(set(keys)) == n
     for key in keys:
         made = uuid.UUID(hex=key)
-        assert (made.hex, made.version, made.variant) == (key, 4, uuid.RFC_4122)
+        assert (made.hex, made.version, made.variant) == (key, 7, uuid.RFC_4122)
+        assert before <= int(key[:12], 16) <= after  # the time they were made, in ms
+
+
+def test_made_up_keys_sort_in_the_order_they_were_made() -> None:
+    first = new_keys(50)
+    time.sleep(0.002)
+    second = new_keys(50)
+    assert max(first) < min(second)  # a later millisecond sorts after
+    ones = {key[12:] for key in first} | {key[12:] for key in second}
+    assert len(ones) == 100  # and the rest is random: no two alike
 
 
 PAYLOADS = [
