@@ -1,9 +1,11 @@
 """Read models the store hands out: plain frozen values, safe to pass to the console.
 
-The three made once or more per send (``Leased``, ``Completion``, ``DueKey``) are values all
-the same, never changed once made, but not frozen: a frozen dataclass sets each field through
+The three made once or more per send (``Leased``, ``Completion``, ``DueKey``) and the two
+made per row an enqueue takes (``NewNotification``, ``EnqueueResult``) are values all the same,
+never changed once made, but not frozen: a frozen dataclass sets each field through
 ``object.__setattr__``, which makes one about five times slower to build (1.1 against 0.2 us
-for ``Leased``), and a plan builds several per send."""
+for ``Leased``, 0.86 against 0.21 us for ``NewNotification``), and a plan builds several per
+send, an API batch one of each per row."""
 
 from __future__ import annotations
 
@@ -70,7 +72,7 @@ class PairLimit:
     limit: Limit
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # a value; not frozen: see the module docstring
 class NewNotification:
     provider_id: int
     recipient: str = field(repr=False)
@@ -81,7 +83,7 @@ class NewNotification:
     available_at: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # a value; not frozen: see the module docstring
 class EnqueueResult:
     id: int
     idempotency_key: str
