@@ -96,3 +96,43 @@ async def test_listeners_hear_each_enqueue_that_inserted(pg_url: str, box: Secre
         # One NOTIFY per enqueue that inserted rows, carrying the store's origin; the
         # duplicate-only enqueue says nothing.
         assert heard == [store._db.origin] * 2
+
+
+@pytest.mark.parametrize("varied", ["none", "provider", "priority", "attempts", "due"])
+async def test_a_batch_alike_or_not_stores_each_row_as_given(
+    pg_url: str, box: SecretBox, varied: str
+) -> None:
+    """Rows alike in provider, priority, attempts and due time go as one value each
+    (``enqueue_sql(same=True)``); a batch where one differs, as arrays: both store each row's
+    own values, in order."""
+    async with Store(pg_url, box) as store:
+        tenant, provider = await setup(store)
+        other = await store.config.add_provider("q", "simulated", None, {}, {}, now=T0, actor="t")
+        items = []
+        for n in range(6):
+            odd = n % 2 == 1
+            items.append(
+                new_notification(
+                    other.id if odd and varied == "provider" else provider,
+                    f"k{n}",
+                    priority=7 if odd and varied == "priority" else 3,
+                    max_attempts=9 if odd and varied == "attempts" else 4,
+                    available_at=T0 + (50 if odd and varied == "due" else 20),
+                )
+            )
+        results = await store.queue.enqueue(tenant, items, now=T0)
+        conn = await asyncpg.connect(dsn(pg_url))
+        try:
+            rows = await conn.fetch(
+                "SELECT id, provider_id, idempotency_key, priority, max_attempts, available_at,"
+                " state FROM notifications ORDER BY id"
+            )
+        finally:
+            await conn.close()
+        assert [r["id"] for r in rows] == [r.id for r in results]
+        columns = ("provider_id", "idempotency_key", "priority", "max_attempts", "available_at")
+        assert [tuple(r[c] for c in columns) for r in rows] == [
+            (i.provider_id, i.idempotency_key, i.priority, i.max_attempts, i.available_at)
+            for i in items
+        ]
+        assert {r["state"] for r in rows} == {"queued"}
