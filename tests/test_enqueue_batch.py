@@ -13,7 +13,7 @@ import pytest
 
 from engine.api.notifications import new_keys
 from engine.core.crypto import SecretBox
-from engine.store.queue import payload_texts
+from engine.store.payloads import payload_texts
 
 TEXTS = ["ada@example.com", "+15551234567", "naïve ✓ 🚀", "x" * 300, "a"]
 

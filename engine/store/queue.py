@@ -19,6 +19,7 @@ from engine.core.errors import SecretUnreadable
 from engine.store import pg_hot, sqlite_hot
 from engine.store.database import picked_once
 from engine.store.notify import CHANNEL
+from engine.store.payloads import payload_texts
 from engine.store.records import (
     Completion,
     EnqueueResult,
@@ -29,40 +30,16 @@ from engine.store.repairs import QueueRepairs
 from engine.store.schema import delivery_log, notifications
 from engine.store.suppressions import record_gone
 
-__all__ = ["LEASED_ONLY", "QueueRepo", "payload_texts", "reap_statement", "renew_statement"]
+__all__ = ["LEASED_ONLY", "QueueRepo", "reap_statement", "renew_statement"]
 
 N = notifications
 _CHUNK = 500
 _QUEUED = NotificationState.QUEUED.value
 _LEASED = NotificationState.LEASED.value
 _DEAD = NotificationState.DEAD.value
-_dumps = json.JSONEncoder(separators=(",", ":")).encode  # json.dumps builds one per call
 # Leased rows, with the state as a literal: the lease indexes are partial on exactly this, and a
 # Postgres prepared statement's generic plan uses them only when its text says so (schema.py).
 LEASED_ONLY = N.c.state == sa.literal_column(f"'{_LEASED}'")
-
-
-def payload_texts(payloads: Sequence[Any]) -> list[str]:
-    """Each of ``payloads`` as JSON text, written by pydantic-core (Rust): a tenth of the time
-    of ``json`` (0.24 against 2.2 us a small payload here), paid per row of every enqueue. The
-    texts read back as ``json.dumps``'s would (non-ASCII is kept as it is, not escaped; NaN and
-    the infinities are written as ``json`` writes them). A payload it cannot write (a lone
-    surrogate, which has no UTF-8) is written by ``json``, escaped as before."""
-    to_json = _to_json()
-    texts = []
-    for payload in payloads:
-        try:
-            texts.append(to_json(payload, inf_nan_mode="constants").decode())
-        except ValueError:  # PydanticSerializationError
-            texts.append(_dumps(payload))
-    return texts
-
-
-@functools.cache
-def _to_json() -> Any:
-    from pydantic_core import to_json  # on first enqueue: 30 ms a command need not pay to start
-
-    return to_json
 
 
 class QueueRepo(QueueRepairs):
