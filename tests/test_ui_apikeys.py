@@ -11,6 +11,7 @@ import pytest
 from PySide6.QtGui import QGuiApplication
 from pytestqt.qtbot import QtBot
 
+from engine import Limit
 from tests.ui_support import OFFSCREEN_NOISE, Console, console
 from ui.views.apikeys import ApiKeysView
 
@@ -87,3 +88,47 @@ def test_an_unknown_tenant_is_one_sentence(harness: Console) -> None:
     c.wait(lambda: bool(c.errors))
     assert c.errors == ["no tenant named 'nobody'."]
     assert not view.key_box.isVisible()
+
+
+def test_a_tenants_api_limits_are_shown_and_set(harness: Console, tmp_path: Path) -> None:
+    c = harness
+    view = open_view(c)
+    view.tenant.setText("acme")
+    view.reload()
+    c.wait(lambda: view.limits_now.text().startswith("acme:"))
+    assert view.limits_now.text().count("the server's default") == 2
+
+    view.max_queued.setText("many")
+    view.apply_limits.click()
+    assert "queue cap must be a whole number" in view.message.text()
+    view.max_queued.setText("1,000")
+    view.api_burst.setText("80")
+    view.apply_limits.click()
+    assert "burst needs a rate" in view.message.text()  # nothing asked of the engine
+    assert c.run(c.engine.tenant("acme")).api_limit is None
+
+    view.api_rate.setText("3000/min")
+    view.apply_limits.click()
+    c.wait(lambda: "50/s burst 80" in view.limits_now.text())
+    assert "1,000 notifications queued" in view.limits_now.text()
+    record = c.run(c.engine.tenant("acme"))
+    assert (record.api_limit, record.max_queued) == (Limit(50.0, 80.0), 1000)
+    view.grab().save(str(tmp_path / "apikeys-limits.png"))
+
+    for field in (view.api_rate, view.api_burst, view.max_queued):
+        field.clear()
+    view.apply_limits.click()  # empty: back to the server's defaults
+    c.wait(lambda: view.limits_now.text().count("the server's default") == 2)
+    record = c.run(c.engine.tenant("acme"))
+    assert (record.api_limit, record.max_queued) == (None, None)
+    assert c.errors == []
+
+
+def test_the_limits_of_a_tenant_that_does_not_exist_are_one_sentence(harness: Console) -> None:
+    c = harness
+    view = open_view(c)
+    view.tenant.setText("nobody")
+    view.api_rate.setText("5/s")
+    view.apply_limits.click()
+    c.wait(lambda: bool(c.errors))
+    assert "nobody" in c.errors[-1] and "Traceback" not in c.errors[-1]

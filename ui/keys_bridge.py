@@ -1,4 +1,5 @@
-"""The console's calls for tenants' API keys: list, create (the key shown once), revoke."""
+"""The console's calls for tenants' API keys: list, create (the key shown once), revoke; and a
+tenant's own API limits (its request limit per key and its queue cap), read and set."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Sequence
 
 from PySide6.QtCore import Signal
 
+from engine import Limit
 from ui.command import command
 from ui.sampler import Sampler
 
@@ -15,6 +17,7 @@ __all__ = ["KeyCommands"]
 class KeyCommands(Sampler):
     api_keys_loaded = Signal(object)  # list[ApiKeyRecord] of the tenant asked for ("" every one)
     api_key_created = Signal(object, str)  # ApiKeyRecord, the key itself: shown once, kept nowhere
+    api_limits_loaded = Signal(object)  # TenantRecord: its api_limit and max_queued (None: default)
 
     @command
     async def load_api_keys(self, tenant: str = "") -> None:
@@ -34,3 +37,17 @@ class KeyCommands(Sampler):
         """Revoke key ``key_id`` for good (audited), then list ``tenant``'s keys again."""
         await self._engine.revoke_api_key(key_id)  # the audit log, polled, tells the log panel
         self.api_keys_loaded.emit(await self._engine.api_keys(tenant or None))
+
+    @command
+    async def load_api_limits(self, tenant: str) -> None:
+        """Send ``tenant`` (its ``api_limit`` and ``max_queued``) on ``api_limits_loaded``."""
+        self.api_limits_loaded.emit(await self._engine.tenant(tenant))
+
+    @command
+    async def set_api_limits(
+        self, tenant: str, limit: Limit | None, max_queued: int | None
+    ) -> None:
+        """Set ``tenant``'s request limit per key and queue cap (``None``: the server's default;
+        audited; ``omnipost serve`` reads it again within five seconds), then send it again."""
+        record = await self._engine.update_tenant(tenant, api_limit=limit, max_queued=max_queued)
+        self.api_limits_loaded.emit(record)

@@ -1,5 +1,7 @@
 """Tenants' API keys: listed (never the keys), made (the key shown this once, with a copy
-button), revoked after a second click on the same key. Every change is audited by the engine."""
+button), revoked after a second click on the same key; and the tenant's own API limits, its
+request limit per key and its queue cap, shown and set. Every change is audited by the
+engine."""
 
 from __future__ import annotations
 
@@ -18,9 +20,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine import API_KEY_SCOPES, ApiKeyRecord
+from engine import API_KEY_SCOPES, ApiKeyRecord, ConfigError, TenantRecord
 from ui.bridge import Bridge
-from ui.fmt import fmt_when
+from ui.fmt import fmt_limit, fmt_when
+from ui.views.tenants import limit_from_fields
 
 __all__ = ["ApiKeysView"]
 
@@ -71,9 +74,34 @@ class ApiKeysView(QWidget):
         layout.addWidget(self.table, 1)
         layout.addLayout(make)
         layout.addWidget(self.key_box)
+        layout.addWidget(self._make_limits_box())
         layout.addWidget(self.message)
         bridge.api_keys_loaded.connect(self.set_keys)
         bridge.api_key_created.connect(self.show_key)
+        bridge.api_limits_loaded.connect(self.show_limits)
+
+    def _make_limits_box(self) -> QGroupBox:
+        """The tenant's request limit per key and queue cap: what the server uses now (its
+        own default where the tenant has none), and fields to set them."""
+        self.limits_now = QLabel("Name a tenant above to see its API limits.")
+        self.api_rate = QLineEdit()
+        self.api_rate.setPlaceholderText("requests per key, as 100/s or 6000/min (empty: default)")
+        self.api_burst = QLineEdit()
+        self.api_burst.setPlaceholderText("burst (empty: a second's worth)")
+        self.max_queued = QLineEdit()
+        self.max_queued.setPlaceholderText("most it may hold queued (empty: default)")
+        self.apply_limits = QPushButton("Set limits")
+        self.apply_limits.clicked.connect(self._set_limits)
+        box = QGroupBox("API limits of the tenant")
+        column = QVBoxLayout(box)
+        column.addWidget(self.limits_now)
+        fields = QHBoxLayout()
+        fields.addWidget(self.api_rate, 2)
+        fields.addWidget(self.api_burst, 1)
+        fields.addWidget(self.max_queued, 2)
+        fields.addWidget(self.apply_limits)
+        column.addLayout(fields)
+        return box
 
     def _make_table(self) -> QTableWidget:
         table = QTableWidget(0, len(COLUMNS))
@@ -105,7 +133,34 @@ class ApiKeysView(QWidget):
         self.reload()
 
     def reload(self) -> None:
-        self.bridge.load_api_keys(self.tenant.text().strip())
+        tenant = self.tenant.text().strip()
+        self.bridge.load_api_keys(tenant)
+        if tenant:
+            self.bridge.load_api_limits(tenant)
+        else:
+            self.limits_now.setText("Name a tenant above to see its API limits.")
+
+    def show_limits(self, record: TenantRecord) -> None:
+        limit = "the server's default" if record.api_limit is None else fmt_limit(record.api_limit)
+        if record.max_queued is None:
+            cap = "its queue cap is the server's default"
+        else:
+            cap = f"it may hold at most {record.max_queued:,} notifications queued"
+        self.limits_now.setText(f"{record.name}: each key's request limit is {limit}; {cap}.")
+
+    def _set_limits(self) -> None:
+        tenant = self.tenant.text().strip()
+        if not tenant:
+            self.message.setText("Name the tenant whose limits to set, above.")
+            return
+        try:
+            limit = limit_from_fields(self.api_rate.text(), self.api_burst.text())
+            cap = _queue_cap(self.max_queued.text())
+        except ConfigError as exc:
+            self.message.setText(exc.message)
+            return
+        self.message.setText("")
+        self.bridge.set_api_limits(tenant, limit, cap)
 
     def set_keys(self, records: list[ApiKeyRecord]) -> None:
         self._keys = list(records)
@@ -174,3 +229,14 @@ class ApiKeysView(QWidget):
         self.new_key.clear()
         self.key_box.hide()
         self.message.setText("")
+
+
+def _queue_cap(text: str) -> int | None:
+    """A queue cap as typed: empty means the server's default (None); else a whole number of
+    at least 1. Raises ``ConfigError`` with one sentence."""
+    text = text.strip().replace(",", "").replace("_", "")
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigError(f"the queue cap must be a whole number of at least 1, not {text[:40]!r}.")
+    return int(text)
