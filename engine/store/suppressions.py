@@ -55,10 +55,7 @@ def gone_of(
 ) -> set[int]:
     """SQLite, inside the enqueue's transaction: the indexes of ``wanted`` ((provider id,
     digests) per new notification) whose recipient the tenant suppressed for that provider."""
-    by_digest: dict[str, list[int]] = {}
-    for index, (_, digests) in enumerate(wanted):
-        for digest in digests:
-            by_digest.setdefault(digest, []).append(index)
+    by_digest = _by_digest(wanted)
     gone: set[int] = set()
     keys = list(by_digest)
     for start in range(0, len(keys), _LOOKUP_CHUNK):
@@ -123,18 +120,15 @@ async def suppressed_of(
             continue
         wanted.append((provider_id, box.digests(recipient_key(recipient))))
         ids.append(notification_id)
-    by_digest: dict[str, list[int]] = {}
-    for index, (_, digests) in enumerate(wanted):
-        for digest in digests:
-            by_digest.setdefault(digest, []).append(index)
+    by_digest = _by_digest(wanted)
     gone: set[int] = set()
     keys = list(by_digest)
     for start in range(0, len(keys), _LOOKUP_CHUNK):
         query = sa.select(S.c.digest, S.c.provider_id).where(
             S.c.tenant_id == tenant_id, S.c.digest.in_(keys[start : start + _LOOKUP_CHUNK])
         )
-        for digest, provider_id in await conn.execute(query):
-            gone.update(i for i in by_digest[digest] if wanted[i][0] == provider_id)
+        for row in await conn.execute(query):
+            gone.update(i for i in by_digest[row.digest] if wanted[i][0] == row.provider_id)
     return sorted(ids[i] for i in gone)
 
 
@@ -313,3 +307,12 @@ async def _present(
         )
         found.update(await conn.scalars(query))
     return found
+
+
+def _by_digest(wanted: Sequence[tuple[int, Sequence[str]]]) -> dict[str, list[int]]:
+    """The indexes of ``wanted`` ((provider id, digests) each) under each of their digests."""
+    by_digest: dict[str, list[int]] = {}
+    for index, (_, digests) in enumerate(wanted):
+        for digest in digests:
+            by_digest.setdefault(digest, []).append(index)
+    return by_digest
