@@ -6,6 +6,8 @@ rows; a listener hears each enqueue that inserted anything, and nothing of one t
 from __future__ import annotations
 
 import asyncio
+import json
+from typing import Any
 
 import asyncpg
 import pytest
@@ -136,3 +138,66 @@ async def test_a_batch_alike_or_not_stores_each_row_as_given(
             for i in items
         ]
         assert {r["state"] for r in rows} == {"queued"}
+
+
+async def test_made_up_keys_skip_the_check_and_a_clash_is_still_a_duplicate(
+    pg_url: str, box: SecretBox
+) -> None:
+    """``made_up=True`` inserts without ``ON CONFLICT``; should a made-up key be one the tenant
+    used, the statement inserts nothing and the checked form answers it as a duplicate, the
+    rest inserted once."""
+    async with Store(pg_url, box) as store:
+        tenant, provider = await setup(store)
+        fresh = await store.queue.enqueue(
+            tenant, [new_notification(provider, k) for k in ("m1", "m2")], now=T0, made_up=True
+        )
+        assert [(r.idempotency_key, r.duplicate) for r in fresh] == [("m1", False), ("m2", False)]
+        clash = await store.queue.enqueue(
+            tenant, [new_notification(provider, k) for k in ("m3", "m1")], now=T0, made_up=True
+        )
+        assert [(r.idempotency_key, r.duplicate) for r in clash] == [("m3", False), ("m1", True)]
+        assert clash[1].id == fresh[0].id
+        depth = {(r.tenant_id, r.state): r.count for r in await store.queue.depth()}
+        assert depth == {(tenant, NotificationState.QUEUED): 3}
+
+
+def _scans_of(plan: dict[str, Any], table: str) -> list[tuple[str, int]]:
+    """The plan's scans of ``table``: the index each reads (or the scan's kind) and how many
+    times it ran."""
+    own = []
+    if plan.get("Relation Name") == table:
+        own.append((plan.get("Index Name", plan["Node Type"]), plan["Actual Loops"]))
+    return own + [scan for child in plan.get("Plans", []) for scan in _scans_of(child, table)]
+
+
+@pytest.mark.parametrize("made_up", [False, True])
+async def test_the_suppression_list_is_probed_once_a_row(
+    pg_url: str, box: SecretBox, made_up: bool
+) -> None:
+    """Each row looks its recipient up on the tenant's list once, along the unique index,
+    however long the list (the state, finished time and error all read the one answer)."""
+    from engine.store import pg_hot
+
+    async with Store(pg_url, box) as store:
+        tenant, provider = await setup(store)
+        conn = await asyncpg.connect(dsn(pg_url))
+        try:
+            await conn.execute(
+                "INSERT INTO suppressions (tenant_id, provider_id, digest, recipient, source,"
+                " created_at) SELECT $1, $2, md5(i::text) || md5(i::text), 'x', 'operator', 0"
+                " FROM generate_series(1, 5000) AS i",
+                tenant,
+                provider,
+            )
+            await conn.execute("ANALYZE suppressions")
+            recipients = [f"r{n}@example.com" for n in range(40)]
+            digests = box.digest_columns(recipients)
+            sql = pg_hot.enqueue_sql(len(digests), same=True, made_up=made_up)
+            args: tuple[Any, ...] = (tenant, provider, box.encrypt_many(recipients), ["{}"] * 40)
+            args += ([f"k{n}" for n in range(40)], 0, 5, T0, "queued", T0, "c", "o", "gone")
+            text = await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", *args, *digests)
+            [plan] = json.loads(text)
+        finally:
+            await conn.close()
+        unique = "uq_suppressions_tenant_id_digest_provider_id"
+        assert _scans_of(plan["Plan"], "suppressions") == [(unique, 40)]

@@ -75,7 +75,8 @@ class NotificationsApi(EngineParts):
         tenant_id, _ = await self._ids(tenant)
         provider_ids = {name: (await self._ids(tenant, name))[1] for name in {i[0] for i in items}}
         check_recipients_and_keys([(i[1], i[3]) for i in items])
-        made_up = iter(new_keys(sum(1 for i in items if i[3] is None)))
+        without = sum(1 for i in items if i[3] is None)
+        made_up = iter(new_keys(without))
         max_attempts = self.settings.max_attempts
         rows = [
             NewNotification(
@@ -88,7 +89,9 @@ class NotificationsApi(EngineParts):
             )
             for provider, recipient, payload, key, priority in items
         ]
-        results = await self.store.queue.enqueue(tenant_id, rows, now=self.clock.wall())
+        results = await self.store.queue.enqueue(
+            tenant_id, rows, now=self.clock.wall(), made_up=without == len(items)
+        )
         due: dict[tuple[int, int], int] = {}
         for row, result in zip(rows, results, strict=True):
             if result.suppressed:

@@ -49,11 +49,17 @@ class QueueRepo(QueueRepairs):
     # -- enqueue ----------------------------------------------------------------------------
 
     async def enqueue(
-        self, tenant_id: int, items: Sequence[NewNotification], *, now: float
+        self,
+        tenant_id: int,
+        items: Sequence[NewNotification],
+        *,
+        now: float,
+        made_up: bool = False,
     ) -> list[EnqueueResult]:
         """Insert ``items`` for one tenant. An item whose idempotency key the tenant already used
         is not inserted again: its result names the existing notification, ``duplicate=True``.
-        Results come in the order of ``items``. All or nothing per call."""
+        Results come in the order of ``items``. All or nothing per call. ``made_up``: every
+        key was made up for this call, so none can have been used (spares Postgres a check)."""
         if not items:
             return []
         recipients = [item.recipient for item in items]
@@ -82,6 +88,7 @@ class QueueRepo(QueueRepairs):
                     digests=digests,
                     now=now,
                     notify=(CHANNEL, self._db.origin),
+                    made_up=made_up,
                 )
             )
         return _results(items, ids, fresh, gone)
