@@ -30,6 +30,7 @@ from api.models import (
     Queued,
     RateLimit,
     StateName,
+    read_incoming,
 )
 from api.problems import PROBLEM_JSON, ProblemError
 from engine import (
@@ -87,6 +88,7 @@ async def _notification(door: Door, view: NotificationView) -> Notification:
 @direct_post(
     router,
     "/notifications",
+    quick=read_incoming,
     status_code=202,
     response_model=Queued | BatchAnswer,
     summary="Queue a notification, or a batch of up to 1,000 all together",
