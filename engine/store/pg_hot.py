@@ -19,7 +19,7 @@ and one statement inserts them, looks up the keys the tenant used before, and no
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from engine.core.domain import NotificationState, Outcome
@@ -126,50 +126,71 @@ SELECT id FROM acked
 # of the unique index before each row's insertion and its undo record: about a sixth of the
 # statement's time in Postgres, bench/http_api.py); ``enqueue`` runs the checked form if one
 # ever is. One text per number of keys (nearly always one or two) and form, each prepared once.
-@functools.lru_cache(maxsize=16)
+#
+# With no keys (``keys=0``) the statement takes no digests and no $13: it is for a tenant
+# believed to keep no suppression list (nearly all), and checks that belief in the same
+# snapshot, once (``listed``). If the tenant has a list after all it inserts nothing and answers
+# one row of NULLs, and ``enqueue`` runs the form with digests. Either way a row is judged
+# against the list as the statement's snapshot holds it, as with digests; the server spares
+# every row its digests (a keyed BLAKE2b, and a 64-character text for asyncpg to send) and
+# Postgres a probe a row.
+@functools.lru_cache(maxsize=32)
 def enqueue_sql(keys: int, *, same: bool = False, made_up: bool = False) -> str:
-    """The enqueue for a store with ``keys`` encryption keys configured."""
-    arrays = ", ".join(f"${14 + k}::text[]" for k in range(keys))
-    names = ", ".join(f"digest{k}" for k in range(keys))
+    """The enqueue for a store with ``keys`` encryption keys configured (0: for a tenant
+    believed to keep no suppression list)."""
+    arrays = "".join(f", ${14 + k}::text[]" for k in range(keys))
+    names = "".join(f", digest{k}" for k in range(keys))
     if same:
         given = f"""
     SELECT $2::integer AS provider_id, u.recipient, u.payload, u.idempotency_key,
            $6::integer AS priority, $7::integer AS max_attempts, $8::float8 AS available_at,
-           {", ".join(f"u.digest{k}" for k in range(keys))}, u.ord
-    FROM unnest($3::text[], $4::text[], $5::text[], {arrays}) WITH ORDINALITY
-        AS u(recipient, payload, idempotency_key, {names}, ord)"""
+           u.ord{"".join(f", u.digest{k}" for k in range(keys))}
+    FROM unnest($3::text[], $4::text[], $5::text[]{arrays}) WITH ORDINALITY
+        AS u(recipient, payload, idempotency_key{names}, ord)"""
     else:
         given = f"""
     SELECT * FROM unnest($2::integer[], $3::text[], $4::text[], $5::text[], $6::integer[],
-                         $7::integer[], $8::float8[], {arrays}) WITH ORDINALITY
+                         $7::integer[], $8::float8[]{arrays}) WITH ORDINALITY
         AS g(provider_id, recipient, payload, idempotency_key, priority, max_attempts,
-             available_at, {names}, ord)"""
+             available_at{names}, ord)"""
     checked = "" if made_up else "ON CONFLICT (tenant_id, idempotency_key) DO NOTHING"
-    return f"""
-WITH given AS ({given}
-), judged AS (
+    if keys:
+        judged = f"""
     SELECT g.*, hit.gone IS NOT NULL AS gone
     FROM given AS g LEFT JOIN LATERAL (
         SELECT true AS gone FROM suppressions AS s
         WHERE s.tenant_id = $1 AND s.digest IN ({", ".join(f"g.digest{k}" for k in range(keys))})
           AND s.provider_id = g.provider_id
         LIMIT 1
-    ) AS hit ON true
+    ) AS hit ON true"""
+        state = f"CASE WHEN gone THEN '{SUPPRESSED}' ELSE $9::text END"
+        finished = "CASE WHEN gone THEN $10::float8 END, CASE WHEN gone THEN $13::text END"
+        listed, unlisted, answer_listed = "", "", ""
+    else:
+        judged = "SELECT * FROM given"
+        state, finished = "$9::text", "NULL, NULL"
+        listed = """
+), listed AS (
+    SELECT EXISTS (SELECT 1 FROM suppressions WHERE tenant_id = $1) AS yes"""
+        unlisted = "WHERE NOT (SELECT yes FROM listed)"
+        answer_listed = "UNION ALL SELECT NULL, NULL, NULL FROM listed WHERE yes"
+    return f"""
+WITH given AS ({given}
+), judged AS ({judged}{listed}
 ), added AS (
     INSERT INTO notifications (tenant_id, provider_id, recipient, payload, idempotency_key,
                                priority, state, attempt, failures, max_attempts,
                                available_at, enqueued_at, finished_at, last_error)
-    SELECT $1, provider_id, recipient, payload, idempotency_key, priority,
-           CASE WHEN gone THEN '{SUPPRESSED}' ELSE $9::text END, 0, 0, max_attempts,
-           available_at, $10::float8, CASE WHEN gone THEN $10::float8 END,
-           CASE WHEN gone THEN $13::text END
-    FROM judged ORDER BY ord
-    {checked}
+    SELECT $1, provider_id, recipient, payload, idempotency_key, priority, {state}, 0, 0,
+           max_attempts, available_at, $10::float8, {finished}
+    FROM judged {unlisted}
+    ORDER BY ord {checked}
     RETURNING id, idempotency_key, state
 ), told AS (
     SELECT pg_notify($11, $12)::text FROM added WHERE state <> '{SUPPRESSED}' LIMIT 1
 )
 SELECT added.id, added.idempotency_key, added.state FROM added LEFT JOIN told ON true
+{answer_listed}
 """
 
 
@@ -190,17 +211,21 @@ async def enqueue(
     items: Sequence[NewNotification],
     recipients: Sequence[str],
     payloads: Sequence[str],
-    digests: Sequence[Sequence[str]],
+    digests: Callable[[], Sequence[Sequence[str]]],
     now: float,
     notify: tuple[str, str],
+    *,
     made_up: bool = False,
+    listed: set[int],
 ) -> tuple[dict[str, int], set[str], set[str]]:
     """Insert ``items`` (one tenant's, with their ``recipients`` encrypted and their
     ``payloads`` encoded) unless the tenant used their key before, suppressed where the
-    recipient's ``digests`` (per configured key, newest first: every item's) are on the
+    recipient's ``digests()`` (per configured key, newest first: every item's) are on the
     tenant's list for the item's provider, and notify ``notify`` (channel, payload) if any was
     inserted; returns the id of every key, the keys inserted now and those of them suppressed.
     ``made_up``: every key was made up for this call (``enqueue_sql`` says what that spares).
+    ``listed``: the tenants known to keep a suppression list; the digests are made only for
+    them, and a tenant found to keep one is added (``enqueue_sql``'s form with no keys).
     ``conn``: an asyncpg connection outside any transaction."""
     keys = [item.idempotency_key for item in items]
     columns: list[Any] = [
@@ -214,29 +239,17 @@ async def enqueue(
     if same:
         columns = [column[0] for column in columns]
     provider_ids, priorities, attempts, due = columns
-    args = (
-        tenant_id,
-        provider_ids,
-        recipients,
-        payloads,
-        keys,
-        priorities,
-        attempts,
-        due,
-        _QUEUED,
-        now,
-        *notify,
-        SUPPRESSED_DETAIL,
-        *digests,
-    )
-    try:
-        found = await conn.fetch(enqueue_sql(len(digests), same=same, made_up=made_up), *args)
-    except Exception as exc:
-        if not made_up or getattr(exc, "sqlstate", None) != _UNIQUE_VIOLATION:
-            raise
-        # A made-up key the tenant had (a 1 in 2**74 chance): the statement did nothing, and
-        # the checked form decides, as for a key a caller gave.
-        found = await conn.fetch(enqueue_sql(len(digests), same=same), *args)
+    args: tuple[Any, ...] = (tenant_id, provider_ids, recipients, payloads, keys, priorities)
+    args += (attempts, due, _QUEUED, now, *notify)
+    found = None
+    if tenant_id not in listed:
+        found = await _insert(conn, 0, same, made_up, args)
+        if found and found[-1][0] is None:  # the tenant keeps a list after all
+            listed.add(tenant_id)
+            found = None
+    if found is None:
+        made = digests()
+        found = await _insert(conn, len(made), same, made_up, (*args, SUPPRESSED_DETAIL, *made))
     ids = {key: row_id for row_id, key, _ in found}
     suppressed = {key for _, key, state in found if state == SUPPRESSED}
     fresh = set(ids)
@@ -244,6 +257,20 @@ async def enqueue(
     if missing:  # used before, or by another transaction while this one waited on the key
         ids.update({key: row_id for row_id, key in await conn.fetch(KEYS_SQL, tenant_id, missing)})
     return ids, fresh, suppressed
+
+
+async def _insert(
+    conn: Any, keys: int, same: bool, made_up: bool, args: tuple[Any, ...]
+) -> list[Any]:
+    """``enqueue_sql(keys, ...)``'s rows."""
+    try:
+        return list(await conn.fetch(enqueue_sql(keys, same=same, made_up=made_up), *args))
+    except Exception as exc:
+        if not made_up or getattr(exc, "sqlstate", None) != _UNIQUE_VIOLATION:
+            raise
+    # A made-up key the tenant had (a 1 in 2**74 chance): the statement did nothing, and the
+    # checked form decides, as for a key a caller gave.
+    return list(await conn.fetch(enqueue_sql(keys, same=same), *args))
 
 
 async def claim(

@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from engine.core.domain import NotificationState, Outcome, recipient_key
+from engine.core.domain import NotificationState, Outcome
 from engine.core.errors import SecretUnreadable
 from engine.store import pg_hot, sqlite_hot
 from engine.store.database import picked_once
@@ -28,7 +28,7 @@ from engine.store.records import (
 )
 from engine.store.repairs import QueueRepairs
 from engine.store.schema import delivery_log, notifications
-from engine.store.suppressions import record_gone
+from engine.store.suppressions import digest_columns, record_gone
 
 __all__ = ["LEASED_ONLY", "QueueRepo", "reap_statement", "renew_statement"]
 
@@ -65,14 +65,14 @@ class QueueRepo(QueueRepairs):
         recipients = [item.recipient for item in items]
         tokens = self._box.encrypt_many(recipients)
         # Looked up on the tenant's suppression list as they are inserted.
-        digests = self._box.digest_columns([recipient_key(r) for r in recipients])
+        digests = functools.partial(digest_columns, self._box, recipients)
         payloads = payload_texts([item.payload for item in items])
         if self._db.is_sqlite:  # one trip to its thread: see engine/store/sqlite_hot.py
             rows = [
                 self._row(tenant_id, item, token, payload, now)
                 for item, token, payload in zip(items, tokens, payloads, strict=True)
             ]
-            per_item = zip(*digests, strict=True)  # each item's digests, newest key first
+            per_item = zip(*digests(), strict=True)  # each item's digests, newest key first
             wanted = list(zip([i.provider_id for i in items], per_item, strict=True))
             ids, fresh, gone = await self._db.write_in_thread(
                 functools.partial(sqlite_hot.enqueue, tenant_id=tenant_id, rows=rows, wanted=wanted)
@@ -89,6 +89,7 @@ class QueueRepo(QueueRepairs):
                     now=now,
                     notify=(CHANNEL, self._db.origin),
                     made_up=made_up,
+                    listed=self._listed,
                 )
             )
         return _results(items, ids, fresh, gone)

@@ -36,6 +36,8 @@ class QueueReads:
     def __init__(self, db: Database, box: SecretBox) -> None:
         self._db = db
         self._box = box
+        # Postgres: the tenants found to keep a suppression list (pg_hot.enqueue).
+        self._listed: set[int] = set()
 
     async def due_keys(
         self,

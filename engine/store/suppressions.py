@@ -34,6 +34,7 @@ __all__ = [
     "REASON_MAX",
     "SUPPRESSED_DETAIL",
     "SuppressionRepo",
+    "digest_columns",
     "gone_of",
     "record_gone",
     "suppressed_of",
@@ -46,6 +47,12 @@ SUPPRESSED_DETAIL = "not sent: the recipient is on the tenant's suppression list
 _LOOKUP_CHUNK = 400  # digests per lookup: far below SQLite's 32,766 parameters
 REASON_MAX = 500
 SOURCES = ("provider", "operator")
+
+
+def digest_columns(box: SecretBox, recipients: Sequence[str]) -> list[list[str]]:
+    """What a list is looked up by: the digests of ``recipients`` (their usual form), per
+    configured key (the newest first), each in the order given."""
+    return box.digest_columns([recipient_key(r) for r in recipients])
 
 
 def gone_of(
