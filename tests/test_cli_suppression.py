@@ -59,6 +59,11 @@ def test_add_list_enqueue_remove(setup: Cli, tmp_path: Path) -> None:
     )
     assert cli.json("suppression", "list", "acme") == []
     assert cli.ok("enqueue", "acme", "sms", PHONE, "--key", "k4").startswith("queued as ")
+    # Listed again: what was queued to it meanwhile is suppressed too, and says so.
+    assert cli.ok("suppression", "add", "acme", "sms", PHONE) == (
+        "suppressed 1 recipient of acme for sms\n1 notification queued to them will not be sent\n"
+    )
+    assert cli.json("stats")["queue"]["suppressed"] == 3
     assert not any(PHONE in line for line in cli.transcript)
 
 

@@ -5,6 +5,8 @@ rotation, retention has a window for them, and nothing crosses tenants or provid
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from engine import (
@@ -183,6 +185,57 @@ async def test_the_lists_hold_across_a_key_rotation(store_url: str, tmp_path: ob
         assert entry.recipient_masked == "a***@***"  # read under the new key
         await engine.unsuppress("acme", "p", "a@x")
         await engine.close()
+
+
+async def test_what_was_queued_to_a_recipient_is_suppressed_with_it(
+    engines: VirtualEngines, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operator's add suppresses the tenant's notifications for that provider already
+    queued to the recipient (in any of its spellings), page after page; not those of another
+    provider or tenant, nor one a worker has leased."""
+    from engine.store import suppressions as store_suppressions
+    from engine.store.suppressions import SUPPRESSED_DETAIL
+
+    monkeypatch.setattr(store_suppressions, "_SWEEP_PAGE", 2)  # three pages and an empty one
+    engine = await engines.open()
+    await _two_tenants(engine)
+    rows: list[tuple[str, str, dict[str, Any], str | None, int]] = [
+        ("p", "a@x", {}, "1", 0),
+        ("p", "Ada <A@X>", {}, "2", 0),  # the same recipient, spelt otherwise
+        ("q", "a@x", {}, "3", 0),  # another provider
+        ("p", "b@x", {}, "4", 0),
+        ("p", "a@x", {}, "5", 0),
+        ("p", "a@x", {}, "6", 0),  # leased below
+    ]
+    made = await engine.enqueue_many("acme", rows)
+    await engine.enqueue("beta", "p", "a@x", {}, key="b1")  # another tenant
+    tenant = (await engine.store.config.tenant("acme")).id
+    provider = (await engine.store.config.provider("p")).id
+    leased = await engine.store.queue.claim(
+        tenant, provider, 5, owner="w", lease_s=60, now=clock.wall()
+    )
+    back = [lease for lease in leased if lease.idempotency_key != "6"]  # "6" stays leased
+    assert len(back) == 4
+    await engine.store.queue.release("w", back)
+
+    assert await engine.suppress_counts("acme", "p", ["A@X"], reason="asked") == (1, 3)
+    views = {v.idempotency_key: v for v in await engine.notifications("acme")}
+    assert {k: v.state for k, v in views.items()} == {
+        "1": S.SUPPRESSED,
+        "2": S.SUPPRESSED,
+        "3": S.QUEUED,
+        "4": S.QUEUED,
+        "5": S.SUPPRESSED,
+        "6": S.LEASED,
+    }
+    assert views["1"].last_error == SUPPRESSED_DETAIL and views["1"].finished_at is not None
+    assert [v.state for v in await engine.notifications("beta")] == [S.QUEUED]
+    assert await engine.suppress_counts("acme", "p", ["a@x"]) == (0, 0)  # nothing left
+    counts = {(c.tenant_id, c.state): c.count for c in await engine.store.queue.depth()}
+    assert counts[(tenant, S.SUPPRESSED)] == 3
+    audit = [a for a in await engine.audit_entries(limit=20) if a.action == "notification.suppress"]
+    assert [a.detail for a in audit] == [{"provider": "p", "suppressed": 3}]
+    assert {r.id for r in made} >= {v.id for v in views.values()}
 
 
 async def _open(store: Store) -> Engine:

@@ -80,9 +80,20 @@ def test_suppress_show_and_remove(harness: Console, tmp_path: Path) -> None:
     view.remove_button.click()
     c.wait(lambda: view.model.rowCount() == 2)
     assert "Removed 1 entry from acme's list" in view.message.text()
-    assert not c.run(c.engine.enqueue("acme", "sim", DEVICE, {}, key="k2")).suppressed
+    queued = c.run(c.engine.enqueue("acme", "sim", DEVICE, {}, key="k2"))
+    assert not queued.suppressed
     actions = [e.action for e in c.run(c.engine.audit_entries())]
     assert actions.count("suppression.add") == 2 and "suppression.remove" in actions
+
+    # Suppressed again: the notification queued to it meanwhile is suppressed too, and the
+    # view says so.
+    view.recipient.setText(DEVICE)
+    view.add_button.click()
+    c.wait(lambda: view.model.rowCount() == 3)
+    c.wait(lambda: "queued to them will not be sent" in view.message.text())
+    assert "Suppressed 1 recipient of acme for sim. 1 notification queued" in view.message.text()
+    assert c.run(c.engine.notification("acme", queued.id)).state is NotificationState.SUPPRESSED
+    view.grab().save(str(tmp_path / "suppressions-queued.png"))
 
     view.tenant.setEditText("globex")  # another tenant's list is its own
     view.reload()

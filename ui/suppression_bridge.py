@@ -32,14 +32,22 @@ class SuppressionCommands(KeyCommands):
     async def suppress(
         self, tenant: str, provider: str, recipients: Sequence[str], reason: str, shown: str = ""
     ) -> None:
-        """Put ``recipients`` on ``tenant``'s list for ``provider`` (audited), then list the
-        entries again (``shown``: the provider the view filters on)."""
-        added = await self._engine.suppress(tenant, provider, list(recipients), reason=reason)
+        """Put ``recipients`` on ``tenant``'s list for ``provider`` (audited; what the tenant
+        had queued to them is suppressed too), then list the entries again (``shown``: the
+        provider the view filters on)."""
+        added, queued = await self._engine.suppress_counts(
+            tenant, provider, list(recipients), reason=reason
+        )
         known = len(set(recipients)) - added
         also = f" ({known} already were)" if known else ""
+        held = (
+            f" {queued} notification{'' if queued == 1 else 's'} queued to them will not be sent."
+            if queued
+            else ""
+        )
         self.suppressions_changed.emit(
             f"Suppressed {added} recipient{'' if added == 1 else 's'} of {tenant} for"
-            f" {provider}{also}."
+            f" {provider}{also}.{held}"
         )
         await self._send_suppressions(tenant, shown)
 

@@ -65,18 +65,21 @@ async def suppression_add(
     reason: str = "",
 ) -> int:
     """Put the recipients given (and those of the file at ``path``, one a line; ``-``: stdin)
-    on the tenant's list for ``provider``: all of them or, for a bad one, none."""
+    on the tenant's list for ``provider``: all of them or, for a bad one, none; what the
+    tenant had queued to them for ``provider`` is suppressed too."""
     given = list(recipients)
     if path is not None:
         given += [line.strip() for line in read_lines(path) if line.strip()]
     if not given:
         raise ConfigError("give a recipient, or --file with one recipient a line.")
     async with open_engine(ctx) as engine:
-        added = await engine.suppress(tenant, provider, given, reason=reason)
+        added, queued = await engine.suppress_counts(tenant, provider, given, reason=reason)
     known = len(set(given)) - added
     also = f" ({known} already were)" if known else ""
     plural = "" if added == 1 else "s"
     print(f"suppressed {added} recipient{plural} of {tenant} for {provider}{also}")
+    if queued:
+        print(f"{queued} notification{'' if queued == 1 else 's'} queued to them will not be sent")
     return 0
 
 

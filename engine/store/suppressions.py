@@ -10,7 +10,11 @@ Rows come from two places: the completion of a send whose provider answered that
 is gone (``record_gone``, in the completion's own transaction), and an operator (``add``). The
 enqueue looks every new notification's recipient up in the same transaction that inserts it
 (``gone_of`` on SQLite, a clause of ``pg_hot.enqueue_sql`` on Postgres): one found is inserted
-``suppressed``, finished and never sent.
+``suppressed``, finished and never sent. What was queued before an operator's ``add`` is found
+by ``SuppressionRepo.suppress_queued``, which reads the tenant's queued notifications for the
+provider a page at a time (their recipients are sealed, so each is opened: the cost of an
+operator's act, never of a send); a provider's answer suppresses no queued notification (each
+gets the same answer when its turn comes, and dies).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ SUPPRESSED = NotificationState.SUPPRESSED.value
 # The ``last_error`` of a notification suppressed when it was enqueued.
 SUPPRESSED_DETAIL = "not sent: the recipient is on the tenant's suppression list for this provider"
 _LOOKUP_CHUNK = 400  # digests per lookup: far below SQLite's 32,766 parameters
+_SWEEP_PAGE = 1000  # queued notifications read at a time by suppress_queued
 REASON_MAX = 500
 SOURCES = ("provider", "operator")
 
@@ -253,6 +258,15 @@ class SuppressionRepo:
 
         return await self._db.write(tx)
 
+    async def suppress_queued(
+        self, tenant_id: int, provider_id: int, recipients: Sequence[str], *, now: float
+    ) -> int:
+        """Suppress the tenant's queued notifications for the provider to ``recipients``
+        (``_suppress_queued``); returns how many."""
+        return await _suppress_queued(
+            self._db, self._box, tenant_id, provider_id, recipients, now=now
+        )
+
     async def remove_ids(
         self, tenant_id: int, ids: Sequence[int], *, now: float, actor: str
     ) -> int:
@@ -300,6 +314,67 @@ class SuppressionRepo:
             )
 
         await self._db.write(tx)
+
+
+async def _suppress_queued(
+    db: Database,
+    box: SecretBox,
+    tenant_id: int,
+    provider_id: int,
+    recipients: Sequence[str],
+    *,
+    now: float,
+) -> int:
+    """Suppress the tenant's queued notifications for the provider whose recipient is one of
+    ``recipients`` (in its usual form): finished ``suppressed``, never sent. Reads the queued
+    ones a page at a time along the (tenant, state, id) index, each page in a transaction of its
+    own, and changes each page's finds while they are still queued (one a worker leased
+    meanwhile is sent). Returns how many it suppressed."""
+    wanted = {key for r in recipients for key in box.digests(recipient_key(r))}
+    n = notifications.c
+    queued = NotificationState.QUEUED.value
+    page = (
+        sa.select(n.id, n.recipient)
+        .where(
+            n.tenant_id == tenant_id,
+            n.state == queued,
+            n.id > sa.bindparam("after"),
+            n.provider_id == provider_id,
+        )
+        .order_by(n.id)
+        .limit(_SWEEP_PAGE)
+    )
+    change = (
+        notifications.update()
+        .where(
+            n.tenant_id == tenant_id,
+            n.state == queued,
+            n.id.in_(sa.bindparam("ids", expanding=True)),
+        )
+        .values(state=SUPPRESSED, finished_at=now, last_error=SUPPRESSED_DETAIL)
+    )
+    done = after = 0
+
+    async def one_page(conn: AsyncConnection) -> tuple[int, int] | None:
+        """The last id of the page after ``after`` and how many of it were suppressed."""
+        rows = list(await conn.execute(page, {"after": after}))
+        if not rows:
+            return None
+        found = []
+        for row in rows:
+            try:
+                recipient = box.decrypt(row.recipient)
+            except SecretUnreadable:  # no key opens it: it cannot be sent either
+                continue
+            if box.digest(recipient_key(recipient)) in wanted:
+                found.append(row.id)
+        changed = (await conn.execute(change, {"ids": found})).rowcount if found else 0
+        return rows[-1].id, int(changed)
+
+    while (read := await db.write(one_page)) is not None:
+        after, changed = read
+        done += changed
+    return done
 
 
 async def _present(
