@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
@@ -202,45 +201,3 @@ async def test_the_suppression_list_is_probed_once_a_row(
             await conn.close()
         unique = "uq_suppressions_tenant_id_digest_provider_id"
         assert _scans_of(plan["Plan"], "suppressions") == [(unique, 40)]
-
-
-class _CountingBox(SecretBox):
-    """A SecretBox that counts the recipients it makes suppression-list digests of."""
-
-    def __init__(self, keys: list[str]) -> None:
-        super().__init__(keys)
-        self.digested = 0
-
-    def digest_columns(self, plaintexts: Sequence[str]) -> list[list[str]]:
-        self.digested += len(plaintexts)
-        return super().digest_columns(plaintexts)
-
-
-@pytest.mark.parametrize("made_up", [False, True])
-async def test_digests_are_made_only_once_a_tenant_keeps_a_list(pg_url: str, made_up: bool) -> None:
-    """A tenant with no suppression list is enqueued without digests; a list another process
-    starts is still honoured by the next enqueue (checked in the statement), and from then on
-    that tenant's rows are looked up with digests."""
-    keys = [SecretBox.generate_key()]
-    box = _CountingBox(keys)
-    async with Store(pg_url, box) as store, Store(pg_url, SecretBox(keys)) as elsewhere:
-        tenant, provider = await setup(store)
-
-        async def enqueue(*names: str) -> list[tuple[str, bool, bool]]:
-            results = await store.queue.enqueue(
-                tenant, [new_notification(provider, n) for n in names], now=T0, made_up=made_up
-            )
-            return [(r.idempotency_key, r.duplicate, r.suppressed) for r in results]
-
-        assert await enqueue("a", "b") == [("a", False, False), ("b", False, False)]
-        assert box.digested == 0
-        await elsewhere.suppressions.add(
-            tenant, provider, ["c@example.com"], reason="t", provider="p", now=T0, actor="t"
-        )
-        assert await enqueue("c", "d") == [("c", False, True), ("d", False, False)]
-        assert box.digested == 2
-        assert await enqueue("e") == [("e", False, False)]
-        assert box.digested == 3
-        states = {(r.tenant_id, r.state): r.count for r in await store.queue.depth()}
-        queued, suppressed = NotificationState.QUEUED, NotificationState.SUPPRESSED
-        assert states == {(tenant, queued): 4, (tenant, suppressed): 1}

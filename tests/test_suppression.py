@@ -5,6 +5,7 @@ rotation, retention has a window for them, and nothing crosses tenants or provid
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -21,10 +22,12 @@ from engine import (
     Store,
 )
 from tests.scripted import Script, setup, view
+from tests.support import new_notification
 from tests.virtual_time import VirtualEngines, until
 
 GONE = SendResult.gone("HTTP 410 Unregistered")
 S = NotificationState
+T0 = 1_700_000_000.0
 R0 = "user0@example.com"  # the recipient of the first notification of `setup`
 
 
@@ -357,3 +360,52 @@ async def test_a_recipient_is_matched_in_its_usual_forms(
     assert (await engine.enqueue("acme", "p", sent, {}, key="k")).suppressed
     await engine.suppress("acme", "p", ["AbCdEf0123"])
     assert not (await engine.enqueue("acme", "p", "abcdef0123", {}, key="t")).suppressed
+
+
+class _CountingBox(SecretBox):
+    """A SecretBox that counts the recipients it makes suppression-list digests of."""
+
+    def __init__(self, keys: list[str]) -> None:
+        super().__init__(keys)
+        self.digested = 0
+
+    def digest_columns(self, plaintexts: Sequence[str]) -> list[list[str]]:
+        self.digested += len(plaintexts)
+        return super().digest_columns(plaintexts)
+
+
+@pytest.mark.parametrize("made_up", [False, True])
+async def test_digests_are_made_only_once_a_tenant_keeps_a_list(
+    store_url: str, made_up: bool
+) -> None:
+    """A tenant with no suppression list is enqueued without digests; a list another process
+    starts is still honoured by the next enqueue (checked in the enqueue's own transaction),
+    and from then on that tenant's rows are looked up with digests. (``made_up``: Postgres'
+    statement without ON CONFLICT; SQLite's enqueue is one either way.)"""
+    keys = [SecretBox.generate_key()]
+    box = _CountingBox(keys)
+    async with Store(store_url, box) as store, Store(store_url, SecretBox(keys)) as elsewhere:
+        await store.migrate()
+        tenant = (await store.config.add_tenant("acme", None, now=T0, actor="t")).id
+        provider = (
+            await store.config.add_provider("p", "simulated", None, {}, {}, now=T0, actor="t")
+        ).id
+
+        async def enqueue(*names: str) -> list[tuple[str, bool, bool]]:
+            results = await store.queue.enqueue(
+                tenant, [new_notification(provider, n) for n in names], now=T0, made_up=made_up
+            )
+            return [(r.idempotency_key, r.duplicate, r.suppressed) for r in results]
+
+        assert await enqueue("a", "b") == [("a", False, False), ("b", False, False)]
+        assert box.digested == 0
+        await elsewhere.suppressions.add(
+            tenant, provider, ["c@example.com"], reason="t", provider="p", now=T0, actor="t"
+        )
+        assert await enqueue("c", "d") == [("c", False, True), ("d", False, False)]
+        assert box.digested == 2
+        assert await enqueue("e") == [("e", False, False)]
+        assert box.digested == 3
+        states = {(r.tenant_id, r.state): r.count for r in await store.queue.depth()}
+        queued, suppressed = NotificationState.QUEUED, NotificationState.SUPPRESSED
+        assert states == {(tenant, queued): 4, (tenant, suppressed): 1}

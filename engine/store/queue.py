@@ -28,7 +28,7 @@ from engine.store.records import (
 )
 from engine.store.repairs import QueueRepairs
 from engine.store.schema import delivery_log, notifications
-from engine.store.suppressions import digest_columns, record_gone
+from engine.store.suppressions import by_item, digest_columns, record_gone
 
 __all__ = ["LEASED_ONLY", "QueueRepo", "reap_statement", "renew_statement"]
 
@@ -72,8 +72,7 @@ class QueueRepo(QueueRepairs):
                 self._row(tenant_id, item, token, payload, now)
                 for item, token, payload in zip(items, tokens, payloads, strict=True)
             ]
-            per_item = zip(*digests(), strict=True)  # each item's digests, newest key first
-            wanted = list(zip([i.provider_id for i in items], per_item, strict=True))
+            wanted = functools.partial(by_item, [i.provider_id for i in items], digests)
             ids, fresh, gone = await self._db.write_in_thread(
                 functools.partial(sqlite_hot.enqueue, tenant_id=tenant_id, rows=rows, wanted=wanted)
             )

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from engine.core.domain import NotificationState
@@ -91,6 +91,11 @@ _COLUMNS = (
 _ROWS = 500  # rows per insert: 6,000 parameters, below SQLite's limit of 32,766
 
 
+# Whether the tenant keeps a suppression list: one probe (nearly all keep none, and their rows
+# need no digests).
+_LISTED = "SELECT 1 FROM suppressions WHERE tenant_id = ? LIMIT 1"
+
+
 @functools.lru_cache(maxsize=64)
 def enqueue_sql(n: int) -> str:
     """The insert of ``n`` rows; a key the tenant used before (or twice in the statement) is
@@ -106,18 +111,19 @@ def enqueue(
     conn: sqlite3.Connection,
     tenant_id: int,
     rows: Sequence[dict[str, Any]],
-    wanted: Sequence[tuple[int, Sequence[str]]],
+    wanted: Callable[[], Sequence[tuple[int, Sequence[str]]]],
 ) -> tuple[dict[str, int], set[str], set[str]]:
     """Insert ``rows`` (``QueueRepo._row``'s dicts, one tenant's) unless the tenant used their
-    key before; those whose recipient the tenant suppressed for their provider (``wanted``:
-    each row's provider id and recipient digests, see ``suppressions.gone_of``) are inserted
-    suppressed. Returns the id of every key, the keys inserted now, and those of them
-    suppressed. One transaction."""
+    key before; those whose recipient the tenant suppressed for their provider (``wanted()``:
+    each row's provider id and recipient digests, see ``suppressions.gone_of``, made only
+    when the tenant keeps a list at all) are inserted suppressed. Returns the id of every key,
+    the keys inserted now, and those of them suppressed. One transaction."""
     ids: dict[str, int] = {}
     fresh: set[str] = set()
     _transaction(conn)
     try:
-        gone = gone_of(conn, tenant_id, wanted)
+        listed = conn.execute(_LISTED, (tenant_id,)).fetchone() is not None
+        gone = gone_of(conn, tenant_id, wanted()) if listed else set()
         for start in range(0, len(rows), _ROWS):
             chunk = rows[start : start + _ROWS]
             params = [row[column] for row in chunk for column in _COLUMNS]

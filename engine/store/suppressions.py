@@ -20,7 +20,7 @@ gets the same answer when its turn comes, and dies).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -38,6 +38,7 @@ __all__ = [
     "REASON_MAX",
     "SUPPRESSED_DETAIL",
     "SuppressionRepo",
+    "by_item",
     "digest_columns",
     "gone_of",
     "record_gone",
@@ -58,6 +59,14 @@ def digest_columns(box: SecretBox, recipients: Sequence[str]) -> list[list[str]]
     """What a list is looked up by: the digests of ``recipients`` (their usual form), per
     configured key (the newest first), each in the order given."""
     return box.digest_columns([recipient_key(r) for r in recipients])
+
+
+def by_item(
+    provider_ids: Sequence[int], digests: Callable[[], Sequence[Sequence[str]]]
+) -> list[tuple[int, Sequence[str]]]:
+    """What ``gone_of`` wants: each item's provider id and its digests (``digests()``'
+    columns: newest key first)."""
+    return list(zip(provider_ids, zip(*digests(), strict=True), strict=True))
 
 
 def gone_of(
