@@ -70,7 +70,7 @@ class SuppressionApi(EngineParts):
             actor=self.actor,
         )
         queued = await self.store.suppressions.suppress_queued(
-            tenant_id, provider_id, recipients, now=self.clock.wall()
+            tenant_id, provider_id, recipients, now=now
         )
         if queued:
             self.telemetry.count("suppressed", queued)
