@@ -28,7 +28,7 @@ from engine.store.records import (
 )
 from engine.store.repairs import QueueRepairs
 from engine.store.schema import delivery_log, notifications
-from engine.store.suppressions import by_item, digest_columns, record_gone
+from engine.store.suppressions import by_item, lazy_digests, record_gone
 
 __all__ = ["LEASED_ONLY", "QueueRepo", "reap_statement", "renew_statement"]
 
@@ -64,8 +64,9 @@ class QueueRepo(QueueRepairs):
             return []
         recipients = [item.recipient for item in items]
         tokens = self._box.encrypt_many(recipients)
-        # Looked up on the tenant's suppression list as they are inserted.
-        digests = functools.partial(digest_columns, self._box, recipients)
+
+        # Looked up on the tenant's suppression list as they are inserted, if it keeps one.
+        digests = lazy_digests(self._box, recipients)
         payloads = payload_texts([item.payload for item in items])
         if self._db.is_sqlite:  # one trip to its thread: see engine/store/sqlite_hot.py
             rows = [

@@ -39,8 +39,8 @@ __all__ = [
     "SUPPRESSED_DETAIL",
     "SuppressionRepo",
     "by_item",
-    "digest_columns",
     "gone_of",
+    "lazy_digests",
     "record_gone",
     "suppressed_of",
 ]
@@ -55,10 +55,15 @@ REASON_MAX = 500
 SOURCES = ("provider", "operator")
 
 
-def digest_columns(box: SecretBox, recipients: Sequence[str]) -> list[list[str]]:
-    """What a list is looked up by: the digests of ``recipients`` (their usual form), per
-    configured key (the newest first), each in the order given."""
-    return box.digest_columns([recipient_key(r) for r in recipients])
+def lazy_digests(box: SecretBox, recipients: Sequence[str]) -> Callable[[], list[list[str]]]:
+    """What a list is looked up by, made when called: the digests of ``recipients`` (their
+    usual form), per configured key (the newest first), each in the order given. A closure,
+    not a partial: aiosqlite logs what it runs, and a closure's repr shows no recipient."""
+
+    def made() -> list[list[str]]:
+        return box.digest_columns([recipient_key(r) for r in recipients])
+
+    return made
 
 
 def by_item(
