@@ -4,11 +4,15 @@ store's errors, as SQLAlchemy's do: a table of each kind, and the one retried (l
 
 from __future__ import annotations
 
+import functools
+import logging
 import sqlite3
+from pathlib import Path
 
 import asyncpg
 import pytest
 
+from engine import SecretBox, Store
 from engine.core.errors import Conflict, NotFound, StoreError, StoreUnavailable
 from engine.store.translate import Locked, translated
 
@@ -42,3 +46,22 @@ async def test_driver_errors_become_the_stores_errors(
     if isinstance(caught.value, StoreError):
         assert "Traceback" not in caught.value.message
         assert caught.value.message.endswith(".")
+
+
+async def test_what_runs_on_sqlites_thread_is_logged_without_its_arguments(
+    tmp_path: Path, box: SecretBox, caplog: pytest.LogCaptureFixture
+) -> None:
+    """aiosqlite logs what it runs at DEBUG; a call's arguments (a recipient, here) must not
+    reach that log, whatever the caller hands ``write_in_thread``."""
+    secret = "carol.secret@example.com"
+
+    def probe(conn: sqlite3.Connection, recipient: str) -> int:
+        return int(conn.execute("SELECT length(?)", (recipient,)).fetchone()[0])
+
+    caplog.set_level(logging.DEBUG)
+    async with Store(f"sqlite:///{tmp_path / 'o.db'}", box) as store:
+        await store.migrate()
+        got = await store._db.write_in_thread(functools.partial(probe, recipient=secret))
+    assert got == len(secret)
+    assert "executing" in caplog.text  # aiosqlite did log the call
+    assert secret not in caplog.text

@@ -201,14 +201,19 @@ class Database:
         aiosqlite has no public call for "run this on the connection's thread"; its
         ``_execute`` is that call (every public method goes through it). The contract tests
         run every claim and acknowledgement on SQLite through here, so an aiosqlite that
-        changes it fails them rather than misbehaving."""
+        changes it fails them rather than misbehaving. aiosqlite logs what it runs at DEBUG:
+        ``fn`` goes to it inside a closure, whose repr names none of ``fn``'s arguments (a
+        ``functools.partial``'s shows them all, recipients among them)."""
         assert self._write_lock is not None, "SQLite only"
+
+        def unnamed(connection: sqlite3.Connection) -> T:
+            return fn(connection)
 
         async def run(conn: AsyncConnection) -> T:
             driver = (await conn.get_raw_connection()).driver_connection
             assert driver is not None
             try:
-                result: T = await driver._execute(fn, driver._conn)
+                result: T = await driver._execute(unnamed, driver._conn)
             except BaseException:
                 if driver.in_transaction:  # its ROLLBACK failed too: never pool it like this
                     await conn.invalidate()

@@ -58,7 +58,7 @@ SOURCES = ("provider", "operator")
 def lazy_digests(box: SecretBox, recipients: Sequence[str]) -> Callable[[], list[list[str]]]:
     """What a list is looked up by, made when called: the digests of ``recipients`` (their
     usual form), per configured key (the newest first), each in the order given. A closure,
-    not a partial: aiosqlite logs what it runs, and a closure's repr shows no recipient."""
+    whose repr shows no recipient, wherever it is logged."""
 
     def made() -> list[list[str]]:
         return box.digest_columns([recipient_key(r) for r in recipients])
@@ -341,8 +341,8 @@ async def _suppress_queued(
 ) -> int:
     """Suppress the tenant's queued notifications for the provider whose recipient is one of
     ``recipients`` (in its usual form): finished ``suppressed``, never sent. Reads the queued
-    ones a page at a time along the (tenant, state, id) index, each page in a transaction of its
-    own, and changes each page's finds while they are still queued (one a worker leased
+    ones a page at a time along the (tenant, state, id) index, each page read in a transaction
+    of its own, and changes each page's finds while they are still queued (one a worker leased
     meanwhile is sent). Returns how many it suppressed."""
     wanted = {key for r in recipients for key in box.digests(recipient_key(r))}
     n = notifications.c
@@ -369,8 +369,8 @@ async def _suppress_queued(
     )
     done = after = 0
 
-    async def one_page(conn: AsyncConnection) -> tuple[int, int] | None:
-        """The last id of the page after ``after`` and how many of it were suppressed."""
+    async def one_page(conn: AsyncConnection) -> tuple[int, list[int]] | None:
+        """The last id of the page after ``after`` and the ids on it to suppress."""
         rows = list(await conn.execute(page, {"after": after}))
         if not rows:
             return None
@@ -382,12 +382,17 @@ async def _suppress_queued(
                 continue
             if box.digest(recipient_key(recipient)) in wanted:
                 found.append(row.id)
-        changed = (await conn.execute(change, {"ids": found})).rowcount if found else 0
-        return rows[-1].id, int(changed)
+        return rows[-1].id, found
 
-    while (read := await db.write(one_page)) is not None:
-        after, changed = read
-        done += changed
+    async def suppress(conn: AsyncConnection) -> int:
+        return int((await conn.execute(change, {"ids": found})).rowcount)
+
+    # Read as a reader (a page is opened without holding SQLite's one writer); only a page
+    # with finds is written, and only rows still queued change.
+    while (read := await db.read(one_page)) is not None:
+        after, found = read
+        if found:
+            done += await db.write(suppress)
     return done
 
 
