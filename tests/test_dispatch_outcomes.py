@@ -117,6 +117,26 @@ async def test_throttled_requeues_without_spending_an_attempt_and_holds_the_prov
     assert (totals.throttled, totals.failed, totals.dead, totals.delivered) == (1, 0, 0, 2)
 
 
+async def test_leases_given_back_by_a_throttle_go_out_when_it_ends_not_at_the_next_poll(
+    engines: VirtualEngines, script: Script
+) -> None:
+    # One sender, leases taken ahead: acme's send is throttled, and the throttle gives back
+    # bravo's two leases waiting for a sender, after the book counted them out. They are
+    # counted back in and go as the hold ends; the poll (ten minutes here, an hour in a
+    # plan) is not what finds them again.
+    retry_after_s = 0.4
+    script.answers.append(SendResult.throttled(retry_after_s, "429 slow down"))
+    settings = DispatcherSettings(concurrency=1, poll_s=600.0)
+    engine = await engines.open(EngineSettings(dispatch=settings))
+    await setup(engine, 1)
+    await engine.add_tenant("bravo")
+    await engine.enqueue_many("bravo", [("p", f"b{i}@example.com", {}, None, 0) for i in (1, 2)])
+    await engine.start()
+    took_s = await engines.until_empty(engine, within_s=60.0)
+    assert len(script.calls) == 4
+    assert took_s < retry_after_s + 1.0, took_s
+
+
 TRANSIENT = SendResult.transient("503 try later")
 PERMANENT = SendResult.permanent("550 no such mailbox")
 

@@ -8,7 +8,7 @@ import pytest
 from engine.dispatch.due import DueBook, Key
 from engine.store import DueKey
 
-A1, B1, C1, A2 = (1, 1), (2, 1), (3, 1), (1, 2)
+A1, B1, C1, A2, B2 = (1, 1), (2, 1), (3, 1), (1, 2), (2, 2)
 
 
 def lines(book: DueBook) -> dict[int, list[Key]]:
@@ -101,7 +101,20 @@ def test_a_held_provider_holds_its_line_and_a_waiting_key_waits_for_the_later() 
     # Woken at 3, B1 would find its provider still empty: both wait until 8.
     assert book.next_wait_s(mono=2.0, wall=0.0) == 6.0
     book.wake(mono=8.0, wall=0.0)
-    assert lines(book)[1] == [B1, A1] and book.held_for_s(1, mono=8.0) == 0.0
+    # A1 waited for the provider in its place; B1 joins the line behind it, not in front: a
+    # key whose own bucket refills often does not take every token of a contended provider.
+    assert lines(book)[1] == [A1, B1] and book.held_for_s(1, mono=8.0) == 0.0
+
+
+def test_keys_woken_while_their_provider_is_free_go_first_and_held_ones_last() -> None:
+    book = DueBook(cap=1024)
+    for key in (A1, B1, C1, A2, B2):
+        book.add(key, 5)
+    book.wait(C1, until=3.0)
+    book.wait(B2, until=3.0)
+    book.hold_provider(2, until=5.0)  # provider 2's line waits; provider 1's does not
+    book.wake(mono=3.0, wall=0.0)
+    assert lines(book) == {1: [C1, A1, B1], 2: [A2, B2]}
 
 
 def test_a_drained_key_probed_with_later_rows_is_parked_until_they_fall_due() -> None:

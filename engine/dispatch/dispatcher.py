@@ -104,6 +104,7 @@ class Dispatcher:
             settings=settings,
             rng=self._rng,
             wake=self._wake,
+            returned=self.enqueued,
         )
         self.delivered = 0
         self.on_wait: Callable[[float], None] | None = None  # tests observe sleeps

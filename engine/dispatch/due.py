@@ -155,10 +155,7 @@ class DueBook:
             if until.get(key) == at:
                 del until[key]
                 woken.append(key)
-        # To the front, soonest first: they waited out their turn for their own tokens, which
-        # go stale if they wait behind keys that no limit paces.
-        for key in reversed(woken):
-            self._line(key[1]).appendleft(key)
+        self._rejoin(woken)
         later = self._later
         while later and later[0][0] <= wall:
             at, key = heapq.heappop(later)
@@ -171,6 +168,21 @@ class DueBook:
         if self._held:
             for provider in [p for p, t in self._held.items() if t <= mono]:
                 del self._held[provider]
+
+    def _rejoin(self, woken: list[Key]) -> None:
+        """Keys that waited for their own buckets back in their lines: to the front, soonest
+        first, since their tokens go stale behind keys that no limit paces; but behind the
+        keys that wait for a held provider's bucket, which take its next tokens in turn, so
+        that a tenant whose own bucket refills often does not jump the others every time (the
+        provider shared max-min fairly: docs/architecture.md)."""
+        held = self._held
+        for key in reversed(woken):
+            if key[1] not in held:
+                self._line(key[1]).appendleft(key)
+        if held:
+            for key in woken:
+                if key[1] in held:
+                    self._line(key[1]).append(key)
 
     def lines(self) -> Iterator[tuple[int, collections.deque[Key]]]:
         """Each provider's line of ready keys, for the providers with some."""

@@ -10,10 +10,11 @@ blocked and the leases waiting for it are released.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from engine.core.clock import Clock
 from engine.core.domain import BucketKey, SendResult
@@ -24,7 +25,7 @@ from engine.dispatch.completer import Completer
 from engine.dispatch.directory import Directory
 from engine.dispatch.ports import DispatchStore
 from engine.dispatch.settings import DispatcherSettings
-from engine.dispatch.work import WorkQueue
+from engine.dispatch.work import Key, WorkQueue
 from engine.limits.limiter import Limiter, take_waiting
 from engine.providers.base import send_parcel
 from engine.store import Leased
@@ -58,6 +59,7 @@ class Senders:
         settings: DispatcherSettings,
         rng: random.Random,
         wake: asyncio.Event,
+        returned: Callable[[Mapping[Key, int]], None],
     ) -> None:
         self._work = work
         self._store = store
@@ -71,6 +73,7 @@ class Senders:
         self.settings = settings
         self._rng = rng
         self._wake = wake
+        self._returned = returned  # rows given back: due again, counted into the book
         self.concurrency = settings.concurrency
         self.starved = False  # the last round stopped for want of a free sender
         self._tasks: list[asyncio.Task[None]] = []
@@ -175,12 +178,18 @@ class Senders:
             self._completer.finished(item, results[i], decisions[i], send_s, now=self._clock.wall())
 
     async def _give_back(self, leases: list[Leased]) -> None:
-        """Release leases waiting for a provider that asked to wait (or whose circuit opened)."""
-        if leases:
-            try:
-                await self._store.queue.release(self.owner, leases)
-            except OmniPostError as exc:
-                log.warning("%d leases left to expire: %s", len(leases), exc.message)
+        """Release leases waiting for a provider that asked to wait (or whose circuit opened):
+        queued again, and counted back into the dispatcher's book (else a key whose count ran
+        out meanwhile would wait for the next look at the store)."""
+        if not leases:
+            return
+        try:
+            await self._store.queue.release(self.owner, leases)
+        except OmniPostError as exc:
+            log.warning("%d leases left to expire: %s", len(leases), exc.message)
+            return
+        due = collections.Counter((item.tenant_id, item.provider_id) for item in leases)
+        self._returned(due)
 
     def __repr__(self) -> str:
         busy = sum(not t.done() for t in self._tasks)
