@@ -9,7 +9,7 @@ import time
 
 from engine import BRIEF_VIEW, Engine, Snapshot
 
-__all__ = ["FINAL_VIEW", "report_progress", "summary_line"]
+__all__ = ["FINAL_VIEW", "report_progress", "summary_line", "work_line"]
 
 FINAL_VIEW = dataclasses.replace(BRIEF_VIEW, totals_every_s=0.0)  # the last line: totals now
 
@@ -33,6 +33,17 @@ def summary_line(snap: Snapshot, elapsed_s: float, rate_per_s: float | None = No
         f"retried {totals.failed} dead {totals.dead} p95 {p95}"
         + (f" held {totals.held} (provider unavailable)" if totals.held else "")
         + (f" | {buckets}" if snap.buckets else "")
+    )
+
+
+def work_line(snap: Snapshot) -> str:
+    """How the worker's own work went: its longest loop stall, its claims and the keys whose
+    claim found nothing (rows another worker took first), and the limiter it ended on."""
+    totals = snap.totals
+    return (
+        f"worker {snap.worker_id}: longest loop stall {snap.loop_stall_max_s * 1000:.0f} ms; "
+        f"{totals.claims} claims, {totals.claims_empty} keys found nothing to lease; "
+        f"limiter {snap.limiter_backend}"
     )
 
 

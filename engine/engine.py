@@ -293,7 +293,9 @@ class Engine(
             before = self.clock.monotonic()
             await asyncio.sleep(interval_s)
             lag_s = max(0.0, self.clock.monotonic() - before - interval_s)
-            self.telemetry.loop_lag_s = 0.8 * self.telemetry.loop_lag_s + 0.2 * lag_s
+            telemetry = self.telemetry
+            telemetry.loop_lag_s = 0.8 * telemetry.loop_lag_s + 0.2 * lag_s
+            telemetry.loop_stall_max_s = max(telemetry.loop_stall_max_s, lag_s)
 
     async def run_until_empty(self, *, timeout_s: float | None = None, poll_s: float = 0.2) -> bool:
         """Wait until no notification is queued or leased (delayed retries included) and every

@@ -250,10 +250,15 @@ def test_worker_delivers_each_notification_once_through_a_file_provider(
         encoding="utf-8",
     )
     cli.ok("enqueue", "--file", str(batch))
-    summary = cli.ok(
-        "worker", "--until-empty", "--concurrency", "4", "--lease-s", "10", "--prefetch", "0"
-    )
-    assert "delivered 40 " in summary
+    run = cli("worker", "--until-empty", "--concurrency", "4", "--lease-s", "10", "--prefetch", "0")
+    assert run.code == 0, run.err
+    assert "delivered 40 " in run.out
+    # Its last word on its own work: loop stalls, claims, keys that found nothing (one worker:
+    # none), the limiter it ended on.
+    work = re.search(r"longest loop stall \d+ ms; (\d+) claims, (\d+) keys found nothing", run.err)
+    assert work is not None, run.err
+    assert int(work.group(1)) >= 1 and int(work.group(2)) == 0
+    assert "limiter local" in run.err
     lines = read_jsonl(out)
     assert Counter(line["idempotency_key"] for line in lines) == Counter(keys)
     for line in lines:

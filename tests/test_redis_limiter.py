@@ -24,6 +24,7 @@ from engine.core.domain import BucketKey, Limit
 from engine.core.errors import ConfigError
 from engine.limits.envelope import worst_span
 from engine.limits.limiter import Reservation
+from engine.limits.redis_calls import bounded
 from engine.limits.redis_limiter import PEERS_EVERY_S, RedisLimiter
 from tests.redis_server import RedisServer, redis_server_binary
 from tests.support import missing
@@ -516,6 +517,40 @@ async def test_a_hung_redis_falls_back_within_the_call_timeout(
         if given is not None:
             await given.aclose()
         server.stop()
+
+
+async def test_a_loop_held_up_past_the_deadline_is_not_taken_for_an_outage(
+    make: Make, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The worker's own loop blocked (a long synchronous step, on purpose) while Redis answers
+    at once: the timer fires late, the answer is read, the shared limits stay in use, and the
+    log says it was the loop."""
+    limiter = await make(call_timeout_s=0.2)
+    await limiter.configure(TENANT, Limit(1.0, 10.0))
+    loop = asyncio.get_running_loop()
+    with caplog.at_level(logging.WARNING, logger="engine.limits"):
+        for _ in range(3):
+            loop.call_soon(time.sleep, 0.5)  # runs once the call has been sent
+            assert (await limiter.reserve([TENANT], 1)).granted == 1
+            assert limiter.backend == "redis"
+    assert "is unavailable" not in caplog.text
+    assert "event loop was" in caplog.text and "not Redis" in caplog.text
+
+
+async def test_bounded_gives_up_on_silence_with_the_loop_on_time_and_after_a_late_one() -> None:
+    """No answer at all: the call gives up after its timeout when the loop is on time, and a
+    grace after the late deadline when it is not; the error says the loop was on time."""
+    loop = asyncio.get_running_loop()
+    never = asyncio.Event()
+    start = loop.time()
+    with pytest.raises(TimeoutError, match="while this worker's loop was on time"):
+        await bounded(never.wait(), 0.1)
+    assert 0.1 <= loop.time() - start < 0.2
+    start = loop.time()
+    loop.call_soon(time.sleep, 0.3)
+    with pytest.raises(TimeoutError):
+        await bounded(never.wait(), 0.1)
+    assert 0.3 <= loop.time() - start < 0.3 + 0.2
 
 
 def test_call_timeout_must_be_positive() -> None:

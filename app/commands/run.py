@@ -15,7 +15,7 @@ from typing import Any
 from app.commands.base import open_engine
 from app.demo import seed_demo
 from app.metrics import METRICS_VIEW, MetricsAddress, MetricsExporter
-from app.progress import FINAL_VIEW, report_progress, summary_line
+from app.progress import FINAL_VIEW, report_progress, summary_line, work_line
 from app.session import Context, on_signals
 from app.wiring import build_store
 from engine import ConfigError, Engine, OmniPostError, Pattern, ProviderHealth, masked_url
@@ -88,6 +88,8 @@ async def worker(ctx: Context, run: WorkerRun) -> int:
         await engine.stop()
         snap = await engine.snapshot(view=FINAL_VIEW)
     print(summary_line(snap, time.monotonic() - start))
+    if not run.quiet:
+        print(work_line(snap), file=sys.stderr)
     if engine.failure:
         print(f"omnipost: the worker stopped: {engine.failure}", file=sys.stderr)
         return 1

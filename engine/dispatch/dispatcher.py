@@ -299,6 +299,12 @@ class Dispatcher:
         # Every reservation holding tokens is taken again for what its key leased: the grants
         # past the room go back in the same call (those keys lease nothing, or less).
         rows_of = dict(zip(granted, claimed, strict=True))
+        telemetry = self._telemetry
+        if granted:
+            telemetry.count("claims")
+        empty = sum(1 for rows in claimed if not rows)
+        if empty:
+            telemetry.count("claims_empty", empty)
         holding = [i for i, got in enumerate(reservations) if got.granted > 0]
         retaken = await self._retake_many(
             [(reservations[i], rows_of.get(i, [])) for i in holding], reserved_at

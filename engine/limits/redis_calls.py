@@ -35,7 +35,7 @@ from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
-__all__ = ["SCRIPTS", "UNAVAILABLE", "LuaCalls", "bounded"]
+__all__ = ["LATE", "LATE_LOOP_S", "SCRIPTS", "UNAVAILABLE", "LateLoop", "LuaCalls", "bounded"]
 
 log = logging.getLogger(__name__)
 
@@ -262,15 +262,91 @@ class LuaCalls:
         return head
 
 
+# A timer this late (or later) found a loop that was not reading its sockets: the answer may
+# be there, unread. Such a deadline is moved on rather than taken as Redis's silence.
+LATE_LOOP_S = 0.05
+_MOST_LATE_FACTOR = 20  # a loop late at every deadline still gives up after this many timeouts
+
+
+class LateLoop:
+    """How often (and how late, at most) this process's event loop held a Redis call past its
+    deadline: a late loop, not a silent Redis (``bounded``). Logged at most every 10 s."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.worst_s = 0.0
+        self._logged_at = -1e9
+
+    def saw(self, late_s: float, now: float) -> None:
+        self.count += 1
+        self.worst_s = late_s if late_s > self.worst_s else self.worst_s
+        if now - self._logged_at >= 10.0:
+            self._logged_at = now
+            log.warning(
+                "this worker's event loop was %.2f s late for a Redis call's deadline (%d times"
+                " so far, %.2f s at worst): a busy process, not Redis; the answer is waited for"
+                " and the shared limits stay in use.",
+                late_s,
+                self.count,
+                self.worst_s,
+            )
+
+
+LATE = LateLoop()
+
+
 async def bounded(command: Awaitable[_T], timeout_s: float) -> _T:
-    """``command``'s result, or the builtin ``TimeoutError`` after ``timeout_s``: a hung Redis
-    must not hold a send. Cancelling mid-reply is safe: redis-py drops that connection rather
-    than reuse it out of step, and so do lanes."""
+    """``command``'s result, or the builtin ``TimeoutError`` once Redis has had ``timeout_s``
+    to answer: a hung Redis must not hold a send. Those seconds count only while this
+    process's loop could read the answer: a deadline whose timer runs late (the loop was busy
+    elsewhere, by ``LATE_LOOP_S`` or more) is moved on by a short grace instead, since the
+    answer may be in the socket, unread; so a late loop is never taken for an outage (at most
+    ``_MOST_LATE_FACTOR`` times ``timeout_s`` in all). Cancelling mid-reply is safe: redis-py
+    drops that connection rather than reuse it out of step, and so do lanes."""
+    loop = asyncio.get_running_loop()
     try:
-        async with asyncio.timeout(timeout_s):
-            return await command
-    except TimeoutError:  # the builtin one; redis-py's own is a RedisError
-        raise TimeoutError(f"no answer within {timeout_s:g} s") from None
+        async with asyncio.timeout(None) as timer:
+            deadline = _Deadline(loop, timer, timeout_s)
+            try:
+                return await command
+            finally:
+                deadline.cancel()
+    except TimeoutError:
+        if not timer.expired():
+            raise
+        raise TimeoutError(
+            f"no answer within {timeout_s:g} s, while this worker's loop was on time"
+        ) from None
+
+
+class _Deadline:
+    """The timer of one ``bounded`` call: expires ``timer`` once ``timeout_s`` passed with the
+    loop on time at the deadline, and moves a deadline it finds late on by a grace."""
+
+    __slots__ = ("_due", "_give_up", "_grace_s", "_handle", "_loop", "_timer")
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, timer: asyncio.Timeout, timeout_s: float
+    ) -> None:
+        now = loop.time()
+        self._loop, self._timer = loop, timer
+        self._give_up = now + timeout_s * _MOST_LATE_FACTOR
+        self._grace_s = timeout_s / 10 if timeout_s / 10 > LATE_LOOP_S else LATE_LOOP_S
+        self._due = now + timeout_s
+        self._handle = loop.call_at(self._due, self._expire)
+
+    def _expire(self) -> None:
+        now = self._loop.time()
+        late_s = now - self._due
+        if late_s >= LATE_LOOP_S and now < self._give_up:
+            LATE.saw(late_s, now)
+            self._due = now + self._grace_s
+            self._handle = self._loop.call_at(self._due, self._expire)
+            return
+        self._timer.reschedule(now)  # expires: the command is cancelled
+
+    def cancel(self) -> None:
+        self._handle.cancel()
 
 
 async def _within(command: Awaitable[_T], step_s: float | None) -> _T:

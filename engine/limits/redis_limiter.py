@@ -41,7 +41,10 @@ as those do. ``levels(keys)`` reads only those buckets, in one script.
 
 A Redis that hangs (paused, or stuck on the network) rather than refusing counts as unreachable
 too: every command has ``call_timeout_s`` to answer, is not retried after a timeout, and then
-the limiter falls back and probes as above. A command that timed out may still run once Redis
+the limiter falls back and probes as above. Those seconds are counted while this process's loop
+could read the answer: a loop busy elsewhere past a deadline is not Redis's silence, and the
+call waits a little longer (``engine/limits/redis_calls.py``, ``bounded``); the log says which
+it was. A command that timed out may still run once Redis
 wakes up; at worst that spends tokens nobody used, never grants more.
 """
 
@@ -76,30 +79,24 @@ log = logging.getLogger(__name__)
 _PEERS_ARG = repr(PEERS_S)
 
 _T = TypeVar("_T")
+_BACKSTOP = 40  # the driver's own timeouts, in call timeouts: past what ``bounded`` allows
 
 
 def _client_for(url: str, timeout_s: float) -> Redis:
-    """A client that gives up after ``timeout_s`` (connecting, writing or reading: the fallback
-    takes over) and retries once, for a pooled connection the server has dropped, but never
-    after a timeout: a Redis that did not answer once will not answer a retry in time either.
-    Raises ``ConfigError`` for a URL it cannot use."""
+    """A client whose own socket timeouts are only a backstop (``_BACKSTOP`` times
+    ``timeout_s``): the limiter's timer (``bounded``) gives up after ``timeout_s`` of a loop
+    that could read the answer, and the driver's timers cannot tell a late loop from a silent
+    Redis. It retries once, for a pooled connection the server has dropped, but never after a
+    timeout: a Redis that did not answer once will not answer a retry in time either. Raises
+    ``ConfigError`` for a URL it cannot use."""
     retry = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
+    backstop_s = timeout_s * _BACKSTOP
     try:
         return Redis.from_url(
-            url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s, retry=retry
+            url, socket_connect_timeout=backstop_s, socket_timeout=backstop_s, retry=retry
         )
     except ValueError as exc:
         raise ConfigError(f"cannot use that Redis URL: {exc}") from exc
-
-
-def _bounds_itself(client: Redis, timeout_s: float) -> bool:
-    """True when ``client``'s own socket timeouts (redis-py's default is 5 s) already give up
-    within ``timeout_s``, so a command other than the Lua calls (which bound themselves) needs
-    no timer of the limiter's on top."""
-    kwargs = client.connection_pool.connection_kwargs
-    read_s = kwargs.get("socket_timeout", 5.0)
-    connect_s = kwargs.get("socket_connect_timeout", read_s)
-    return all(t is not None and 0 < t <= timeout_s for t in (read_s, connect_s))
 
 
 def _text(value: Any) -> str:
@@ -140,7 +137,6 @@ class RedisLimiter(RedisBatches):
         self._prefix = prefix
         self._probe_s = probe_s
         self._call_timeout_s = call_timeout_s
-        self._timed = not _bounds_itself(self._client, call_timeout_s)
         self._calls = LuaCalls(self._client, timeout_s=call_timeout_s)
         self._set_key = f"{prefix}:buckets:v2"
         self._marker_key = f"{prefix}:seeded:v2"
@@ -259,11 +255,8 @@ class RedisLimiter(RedisBatches):
     # -- Redis -------------------------------------------------------------------------------
 
     async def _bounded(self, command: Awaitable[_T]) -> _T:
-        """``command``'s result, or a ``TimeoutError`` after ``call_timeout_s``: a hung Redis
-        must not hold a send for a longer socket timeout. The client's own timeouts bound it
-        when they are short enough (as in one this limiter made); else a timer of its own."""
-        if not self._timed:
-            return await command
+        """``command``'s result, or a ``TimeoutError`` after ``call_timeout_s`` (of a loop on
+        time: ``bounded``): a hung Redis must not hold a send for a longer socket timeout."""
         return await bounded(command, self._call_timeout_s)
 
     async def _script(self, name: str, keys: Sequence[str], args: Sequence[Any] = ()) -> Any:

@@ -63,6 +63,8 @@ class Counters:
     stale_tokens: int = 0  # tokens older than ``token_lag_s`` at their send: taken again
     suppressed: int = 0  # enqueued here to a suppressed recipient: never sent
     gone: int = 0  # sends whose provider said the recipient is gone: put on the tenant's list
+    claims: int = 0  # claim statements made (each may serve many keys)
+    claims_empty: int = 0  # keys granted tokens whose claim found no row (another worker's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +127,7 @@ class Snapshot:
     picks: BucketPicks | None = None
     queue: QueueTotals | None = None
     deepest: tuple[TenantDepth, ...] = ()
+    loop_stall_max_s: float = 0.0  # the longest the loop was late since the engine was made
 
 
 def percentile(sorted_values: list[float], q: float) -> float | None:
@@ -177,6 +180,7 @@ class Telemetry:
         self._sends: dict[str, _Buckets] = {}
         self._deliveries: dict[str, _Buckets] = {}
         self.loop_lag_s = 0.0
+        self.loop_stall_max_s = 0.0  # the longest the loop was late since the engine was made
         self.activity = Activity()  # the pairs that sent last: what a view's snapshot reads
 
     def record(
@@ -362,6 +366,7 @@ def build_snapshot(
         latency_p95_s=p95,
         latency_p99_s=p99,
         loop_lag_s=telemetry.loop_lag_s,
+        loop_stall_max_s=telemetry.loop_stall_max_s,
         workers=tuple(workers),
         failure=failure,
         health=tuple(health),
