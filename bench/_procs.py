@@ -39,6 +39,14 @@ def _processes() -> dict[int, tuple[str, int]]:
     return found
 
 
+def process_cpu_s(pid: int) -> float | None:
+    """CPU seconds so far of one live process (None: gone, or not Linux)."""
+    fields = _stat(pid)
+    if fields is None:
+        return None
+    return (int(fields[11]) + int(fields[12])) * _TICK_S
+
+
 def server_cpu_s() -> dict[str, float | None]:
     """CPU seconds so far of the Postgres cluster and of Redis (None: not found here)."""
     if not Path("/proc").is_dir():

@@ -9,7 +9,10 @@ Postgres with the Redis limiter, served by W ``omnipost worker --concurrency 32 
   what the limits allow, and whether every tenant's and provider's envelope held at the
   provider (``burst + rate x (W + 0.02) + 1``);
 - CPU per delivery: the workers' (their rusage), Postgres's and Redis's (from /proc: the
-  postmaster with its reaped backends, and redis-server), each over the run;
+  postmaster with its reaped backends, and redis-server), each over the whole run (start-up
+  included: a worker's start at 10,000 tenants costs about a second and a half of CPU, which a
+  16 s run spreads over few deliveries) and over the steady window (half the run to a second
+  before its end: what a delivery costs while the workers dispatch);
 - the keys whose claim found no row (another worker leased them first) per delivery, the
   claims made, the longest stall of each worker's loop, and how many workers fell back to a
   local share of the limits (they say so in their log) and how many saw their loop late;
@@ -37,7 +40,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # app, engine
 
 from _common import REDIS, emit, fresh_pg, log_level_warning, parser, pg_reachable
-from _procs import server_cpu_s
+from _procs import process_cpu_s, server_cpu_s
 from tenants import (
     CONCURRENCY,
     _flush_redis,
@@ -56,7 +59,7 @@ _WORK = re.compile(r"longest loop stall (\d+) ms; (\d+) claims, (\d+) keys found
 
 def run_workers(
     url: str, key: str, workers: int, duration_s: float, profile: Path | None
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """``workers`` worker processes started together; per worker: its CPU seconds, what its
     last lines said (loop stall, claims, keys that found nothing), fallbacks and late loops."""
     procs = []
@@ -86,6 +89,8 @@ def run_workers(
     readers = [threading.Thread(target=read, args=(i,)) for i in range(workers)]
     for reader in readers:
         reader.start()
+    window = _Window([proc.pid for proc in procs], duration_s)
+    window.start()
     found = []
     for i, proc in enumerate(procs):
         _pid, status, usage = os.wait4(proc.pid, 0)
@@ -103,7 +108,48 @@ def run_workers(
                 "late_loop_lines": outputs[i].count("event loop was"),
             }
         )
-    return found
+    window.join()
+    return found, window.figures
+
+
+class _Window(threading.Thread):
+    """CPU seconds of the workers and the servers at the start and the end of the steady
+    window (from half the run to a second before its end, where start-up and stopping cost
+    nothing): what a delivery costs while they dispatch, whatever the run's length."""
+
+    def __init__(self, pids: list[int], duration_s: float) -> None:
+        super().__init__(daemon=True)
+        self._pids = pids
+        self._begin = time.time() + duration_s / 2
+        self._end = time.time() + duration_s - 1.0
+        self.figures: dict[str, Any] = {}
+
+    def _sample(self) -> dict[str, float | None]:
+        cpus = [process_cpu_s(pid) for pid in self._pids]
+        workers = None if any(c is None for c in cpus) else sum(c or 0.0 for c in cpus)
+        return {"at": time.time(), "workers": workers, **server_cpu_s()}
+
+    def run(self) -> None:
+        time.sleep(max(0.0, self._begin - time.time()))
+        first = self._sample()
+        time.sleep(max(0.0, self._end - time.time()))
+        self.figures = {"from": first, "to": self._sample()}
+
+
+def steady_cpu(window: dict[str, Any], sent_at: list[float]) -> dict[str, float | None]:
+    """CPU ms per delivery of the workers, Postgres and Redis over the steady window."""
+    if not window:
+        return {}
+    first, last = window["from"], window["to"]
+    delivered = sum(1 for t in sent_at if first["at"] <= t < last["at"]) or 1
+    return {
+        f"steady_{name}_cpu_ms_per_delivered": (
+            None
+            if first[name] is None or last[name] is None
+            else round((last[name] - first[name]) * 1000 / delivered, 3)
+        )
+        for name in ("workers", "postgres", "redis")
+    }
 
 
 async def one_run(tenants: int, workers: int, duration_s: float, profile: Path | None) -> Any:
@@ -112,7 +158,7 @@ async def one_run(tenants: int, workers: int, duration_s: float, profile: Path |
     async with fresh_pg(f"workers{tenants}w{workers}") as url:
         prepared = await prepare(url, key, tenants, duration_s)
         before, t0 = server_cpu_s(), time.monotonic()
-        each = await asyncio.to_thread(run_workers, url, key, workers, duration_s, profile)
+        each, window = await asyncio.to_thread(run_workers, url, key, workers, duration_s, profile)
         after, wall_s = server_cpu_s(), time.monotonic() - t0
         sent = await deliveries(url)
     ts = sorted(t for _tenant, _provider, t in sent)
@@ -138,6 +184,7 @@ async def one_run(tenants: int, workers: int, duration_s: float, profile: Path |
         "ratio": round(rate / allowed, 3),
         "workers_cpu_ms_per_delivered": round(sum(w["cpu_s"] for w in each) * 1000 / delivered, 3),
         **servers,
+        **steady_cpu(window, ts),
         "empty_claims_per_delivered": round(sum(claims) / delivered, 3) if claims else None,
         "claims": sum(w["claims"] or 0 for w in each),
         "longest_stall_ms": [w["stall_ms"] for w in each],

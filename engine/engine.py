@@ -115,7 +115,10 @@ class Engine(
     async def open(self) -> None:
         """Check the store's schema and load the configuration; does not start dispatching."""
         await self.store.ensure_current()
+        # The token first: a change made while the directory loads is seen at the next refresh.
+        token = await self.store.glance.config_token()
         await self.directory.refresh()
+        self._config_token, self._config_read_at = token, self.clock.monotonic()
 
     async def close(self) -> None:
         ran = self.state != EngineState.IDLE
@@ -262,7 +265,9 @@ class Engine(
                 delivered=self.dispatcher.delivered,
             )
         )
-        self.live_workers = max(1, len(await self.workers()))
+        live = await self.workers()
+        self.live_workers = max(1, len(live))
+        self.dispatcher.share_out([w.id for w in live if w.state == EngineState.RUNNING.value])
 
     async def _reap(self) -> None:
         now = self.clock.wall()

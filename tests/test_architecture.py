@@ -17,6 +17,14 @@ PACKAGES = ("engine", "app", "ui")
 # An engine's parts, private to it: the console and the CLI use its read models instead.
 PRIVATE_PARTS = {"store", "dispatcher", "directory", "telemetry"}
 MAX_LINES = 450
+# Files allowed past the cap, and why: cut by concept, not squeezed or split by count. Each
+# stays under ``LONGEST`` and must be over the cap (else it leaves the list).
+LONGER = {
+    "engine/dispatch/dispatcher.py": "the loop's round, its claims' settling, what it learns"
+    " from completions and its shares of the tenants read as one story: split, each half would"
+    " call into the other",
+}
+LONGEST = 600
 
 
 def _sources(*packages: str) -> list[Path]:
@@ -50,4 +58,10 @@ def test_the_check_finds_a_reach() -> None:
 @pytest.mark.parametrize("path", _sources(*PACKAGES), ids=lambda p: str(p.relative_to(ROOT)))
 def test_modules_stay_small(path: Path) -> None:
     lines = len(path.read_text(encoding="utf-8").splitlines())
-    assert lines <= MAX_LINES, f"{path.relative_to(ROOT)} has {lines} lines; split it by job"
+    name = str(path.relative_to(ROOT))
+    if name in LONGER:
+        assert MAX_LINES < lines <= LONGEST, f"{name} has {lines} lines: take it off LONGER"
+        return
+    assert lines <= MAX_LINES, (
+        f"{name} has {lines} lines; split it by concept, or name it in LONGER"
+    )

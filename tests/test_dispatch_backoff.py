@@ -22,7 +22,7 @@ from engine import (
     StoreUnavailable,
 )
 from engine.core.policy import STORE_OUTAGE, WRITE_RETRY
-from engine.store import Completion, DueKey
+from engine.store import Completion, DueKey, Share
 from tests.scripted import Script, history, setup, view
 from tests.virtual_time import VirtualEngines, until
 
@@ -48,13 +48,13 @@ async def test_a_store_outage_backs_off_slower_and_slower_then_carries_on(
     real, failing = engine.store.queue.queued_counts, 6
     looks: list[float] = []
 
-    async def queued_counts() -> dict[tuple[int, int], int]:
+    async def queued_counts(share: Share | None = None) -> dict[tuple[int, int], int]:
         nonlocal failing
         looks.append(engines.clock.monotonic())
         if failing:
             failing -= 1
             raise down()
-        return await real()
+        return await real(share)
 
     monkeypatch.setattr(engine.store.queue, "queued_counts", queued_counts)
     sleeps: list[float] = []
@@ -164,8 +164,8 @@ async def test_a_retry_that_falls_due_while_the_dispatcher_looks_is_not_left_for
     await setup(engine)
     real_counts, real_keys = engine.store.queue.queued_counts, engine.store.queue.due_keys
 
-    async def slow_counts() -> dict[tuple[int, int], int]:
-        found = await real_counts()
+    async def slow_counts(share: Share | None = None) -> dict[tuple[int, int], int]:
+        found = await real_counts(share)
         await engines.clock.sleep(0.2)
         return found
 

@@ -21,7 +21,7 @@ from engine import (
     Store,
     TenantSpec,
 )
-from engine.store import DueKey
+from engine.store import DueKey, Share
 from tests.support import enqueue_numbered
 from tests.virtual_time import VirtualEngines, latency_kind, until
 
@@ -105,9 +105,9 @@ async def test_many_small_tenants_cost_looks_and_asks_in_proportion_to_the_sends
         probed.append(len(keys))
         return await real_keys(now, tenant_ids, keys=keys)
 
-    async def queued_counts() -> dict[tuple[int, int], int]:
+    async def queued_counts(share: Share | None = None) -> dict[tuple[int, int], int]:
         counted.append(clock.monotonic())
-        return await real_counts()
+        return await real_counts(share)
 
     async def reserve(keys: Sequence[BucketKey], n: int) -> Reservation:
         nonlocal asks

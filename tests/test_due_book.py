@@ -203,3 +203,22 @@ def test_drop_forgets_a_key_wherever_it_is() -> None:
     book.look({B1: 1})
     book.drop(B1)  # waiting, not first in any line
     assert len(book) == 0 and book.next_wait_s(0.0, 0.0) is None
+
+
+def test_a_look_that_drops_many_keys_keeps_the_others_in_their_order() -> None:
+    # A worker's share of the tenants changed: most keys went to others, in one look.
+    book = DueBook(cap=1024)
+    keys = [(tenant, provider) for tenant in range(1, 201) for provider in (1, 2)]
+    for key in keys:
+        book.add(key, 3)
+    book.wait((4, 1), until=5.0)  # a waiting key that goes too, and one that stays
+    book.wait((5, 2), until=5.0)
+    kept = {key: 3 for key in keys if key[0] % 4 == 1}
+    book.begin_look()
+    book.look(kept)
+    assert set(book.due) == set(kept)
+    in_line = [key for key in keys if key in kept and key != (5, 2)]  # (5, 2) still waits
+    assert lines(book) == {p: [key for key in in_line if key[1] == p] for p in (1, 2)}
+    book.wake(mono=6.0, wall=0.0)  # the stale timer of the waiting key that went is ignored
+    assert set(book.due) == set(kept)
+    assert lines(book)[2][0] == (5, 2) and (4, 1) not in lines(book)[1]

@@ -35,6 +35,7 @@ from engine.dispatch.due import DueBook
 from engine.dispatch.ports import DispatchStore
 from engine.dispatch.senders import Senders
 from engine.dispatch.settings import DispatcherSettings
+from engine.dispatch.share import Shares
 from engine.dispatch.work import Key, WorkQueue
 from engine.limits.limiter import Limiter, Reservation
 from engine.store import Completion, Leased
@@ -75,6 +76,7 @@ class Dispatcher:
         self._work = WorkQueue(clock)  # leases waiting for a sender, as parcels
         self._wake = asyncio.Event()
         self._book = DueBook(DUE_CAP)  # the keys with work: where each one stands
+        self.shares = Shares(owner)  # the tenants this worker serves, among the live workers
         self._claims = ClaimMaker(self._book, directory, self._work, clock)
         self._due_stale = True  # look at the kept counts in the next round
         self._refreshed_at = -1e9
@@ -104,7 +106,7 @@ class Dispatcher:
             settings=settings,
             rng=self._rng,
             wake=self._wake,
-            returned=self.enqueued,
+            returned=self._returned,
         )
         self.delivered = 0
         self.on_wait: Callable[[float], None] | None = None  # tests observe sleeps
@@ -123,11 +125,27 @@ class Dispatcher:
     def enqueued(self, due: Mapping[Key, int]) -> None:
         """``due[key]`` rows became due now per key (this process's enqueues, another's from
         its NOTIFY): counted in without the look at the store that ``wake`` asks for (a count
-        off either way only brings the key's next look alone sooner)."""
+        off either way only brings the key's next look alone sooner). Keys of tenants another
+        live worker serves are left to it, unless this one serves them already (deep)."""
+        book, shares, enabled = self._book, self.shares, self._dir.enabled
+        alone = shares.alone
+        for key, n in due.items():
+            if enabled(key[0]) and (alone or shares.mine(key[0]) or key in book.due):
+                book.add(key, n)
+        self._wake.set()
+
+    def share_out(self, workers: Sequence[str]) -> None:
+        """The live dispatching workers, from heartbeats: this one serves its share of the
+        tenants (``engine/dispatch/share.py``); when the list changed, a look at the counts
+        drops the keys that went to others and takes those that came to it."""
+        if self.shares.set_workers(workers):
+            self.wake()
+
+    def _returned(self, due: Mapping[Key, int]) -> None:
+        """Leases this worker gave back unsent (a throttle, a circuit): due again, counted in."""
         book = self._book
         for key, n in due.items():
-            if self._dir.enabled(key[0]):
-                book.add(key, n)
+            book.add(key, n)
         self._wake.set()
 
     def set_concurrency(self, n: int) -> None:
@@ -206,7 +224,8 @@ class Dispatcher:
             if mono - self.circuits.read_at >= self.settings.health_refresh_s:
                 await self.circuits.refresh()
             book.begin_look()
-            queued = await self._store.queue.queued_counts()
+            # With other workers: the keys of this one's tenants, and the deep ones.
+            queued = await self._store.queue.queued_counts(self.shares.share)
             enabled = self._dir.enabled
             book.look({key: n for key, n in queued.items() if enabled(key[0])})
             self._look_s = self._clock.monotonic() - mono
@@ -331,7 +350,27 @@ class Dispatcher:
             total += len(got)
         if provider_held:
             claims.dry(provider_id)
+            self._after_the_others(provider_id, asks[0][1])
         return len(asks), total
+
+    def _after_the_others(self, provider_id: int, route: Route) -> None:
+        """The provider's bucket, found dry, is shared with the other live workers (Redis):
+        this one comes back once they had a turn at it, ``(workers - 1) / rate`` after its next
+        token (at most half the time to refill its burst, so no token goes to waste). Else all
+        of them came back at its every token, one got it and the others asked for nothing;
+        and a claim for the few tokens a turn gets costs the same as one for many."""
+        workers = len(self.shares.workers)
+        limit = route.provider.limit
+        if workers <= 1 or limit is None:
+            return
+        extra_s = (workers - 1) / limit.rate_per_s
+        most_s = limit.burst / limit.rate_per_s / 2
+        mono = self._clock.monotonic()
+        held_s = self._book.held_for_s(provider_id, mono) + (
+            extra_s if extra_s < most_s else most_s
+        )
+        poll_s = self.settings.poll_s
+        self._book.hold_provider(provider_id, mono + (held_s if held_s < poll_s else poll_s))
 
     def _settle(
         self,

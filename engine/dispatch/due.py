@@ -96,8 +96,12 @@ class DueBook:
         whose count is unchanged stays parked; the others are due, as far as the book knows,
         and a short claim corrects it."""
         fresh, self._fresh = self._fresh, set()
-        for key in [k for k in self.due if k not in queued and k not in fresh]:
-            self._drop(key)
+        gone = [k for k in self.due if k not in queued and k not in fresh]
+        if len(gone) > 16:  # many (the tenants went to another worker): each line once
+            self._drop_many(gone)
+        else:
+            for key in gone:
+                self._drop(key)
         for key in [k for k in self._parked if k not in queued]:
             self._unpark(key)
         self.probes &= queued.keys()
@@ -321,6 +325,22 @@ class DueBook:
             if line is not None:
                 with contextlib.suppress(ValueError):
                     line.remove(key)
+
+    def _drop_many(self, keys: list[Key]) -> None:
+        """``_drop`` for each of ``keys``, with one pass over each line they leave (``_drop``
+        removes a key from the middle of its line by value: a pass per key, thousands of keys
+        times thousands of places when a worker's share of the tenants changed)."""
+        in_line: set[Key] = set()
+        for key in keys:
+            self._capped.discard(key)
+            if self.due.pop(key, None) is not None and self._wait_until.pop(key, None) is None:
+                in_line.add(key)
+        for provider in {key[1] for key in in_line}:
+            line = self._lines.get(provider)
+            if line:
+                kept = [k for k in line if k not in in_line]
+                line.clear()
+                line.extend(kept)
 
     def _unpark(self, key: Key) -> None:
         if key in self._parked:

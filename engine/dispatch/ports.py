@@ -18,6 +18,7 @@ from engine.store.records import (
     Leased,
     PairLimit,
     ProviderRecord,
+    Share,
     TenantRecord,
 )
 
@@ -33,7 +34,7 @@ class DispatchQueue(Protocol):
         keys: Sequence[tuple[int, int]] | None = None,
     ) -> list[DueKey]: ...
 
-    async def queued_counts(self) -> dict[tuple[int, int], int]: ...
+    async def queued_counts(self, share: Share | None = None) -> dict[tuple[int, int], int]: ...
     async def claim(
         self, tenant_id: int, provider_id: int, n: int, *, owner: str, lease_s: float, now: float
     ) -> list[Leased]: ...

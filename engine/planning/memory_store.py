@@ -25,6 +25,7 @@ from engine.store.records import (
     Leased,
     PairLimit,
     ProviderRecord,
+    Share,
     TenantRecord,
 )
 
@@ -222,7 +223,9 @@ class MemoryQueue:
             found.append(DueKey(key[0], key[1], due, next_at, queued))
         return found
 
-    async def queued_counts(self) -> dict[Key, int]:
+    async def queued_counts(self, share: Share | None = None) -> dict[Key, int]:
+        """The kept counts; a plan's one dispatcher never asks for a ``share``."""
+        assert share is None, "a plan has one worker"
         return {key: n for key, n in self._queued.items() if n > 0}
 
     async def claim_many(

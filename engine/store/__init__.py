@@ -16,10 +16,12 @@ from engine.store.records import (
     PairLimit,
     ProviderRecord,
     SendSample,
+    Share,
     StoreSize,
     SuppressionRecord,
     TenantRecord,
     WorkerRecord,
+    share_index,
 )
 from engine.store.requests import ClaimKind, RequestClaim
 from engine.store.store import Store
@@ -42,6 +44,7 @@ __all__ = [
     "ProviderRecord",
     "RequestClaim",
     "SendSample",
+    "Share",
     "Store",
     "StoreSize",
     "SuppressionRecord",
@@ -51,4 +54,5 @@ __all__ = [
     "WorkerRecord",
     "masked_url",
     "normalize_url",
+    "share_index",
 ]

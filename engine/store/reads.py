@@ -17,7 +17,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from engine.core.crypto import SecretBox, mask
 from engine.core.domain import NotificationState, Outcome
 from engine.store.database import Database
-from engine.store.records import DeliveryEntry, DepthRow, DueKey, Enqueue, NotificationView
+from engine.store.records import (
+    DeliveryEntry,
+    DepthRow,
+    DueKey,
+    Enqueue,
+    NotificationView,
+    Share,
+)
 from engine.store.schema import delivery_log, notifications, queue_counts
 
 __all__ = ["DUE_CAP", "QueueReads"]
@@ -77,12 +84,15 @@ class QueueReads:
 
         return await self._db.read(tx) if tenant_ids is None or tenant_ids else []
 
-    async def queued_counts(self) -> dict[tuple[int, int], int]:
+    async def queued_counts(self, share: Share | None = None) -> dict[tuple[int, int], int]:
         """Queued rows per (tenant, provider) with any, from the kept counts: one read of
-        ``queue_counts`` (its rows in the queued state), however deep the queue."""
+        ``queue_counts`` (its rows in the queued state), however deep the queue. With
+        ``share``, only the keys of that worker's part of the tenants and the deep ones: the
+        rest are never sent to it, nor read into rows."""
+        query = _QUEUED_COUNTS if share is None else _queued_counts_of(share)
 
         async def tx(conn: AsyncConnection) -> dict[tuple[int, int], int]:
-            return {(r[0], r[1]): int(r[2]) for r in await conn.execute(_QUEUED_COUNTS)}
+            return {(r[0], r[1]): int(r[2]) for r in await conn.execute(query)}
 
         return await self._db.read(tx)
 
@@ -309,6 +319,17 @@ _QUEUED_COUNTS = (
     .group_by(queue_counts.c.tenant_id, queue_counts.c.provider_id)
     .having(sa.func.sum(queue_counts.c.n) > 0)
 )
+
+
+def _queued_counts_of(share: Share) -> sa.Select[Any]:
+    """``_QUEUED_COUNTS`` for one worker's ``share``: ``share_index`` in SQL (the same integer
+    arithmetic on Postgres and SQLite: a product under 2**63, a remainder, a shift)."""
+    hashed = (queue_counts.c.tenant_id * sa.literal_column("2654435761")) % sa.literal_column(
+        "4294967296"
+    )
+    index = (hashed * share.workers).op(">>")(sa.literal_column("32"))
+    total = sa.func.sum(queue_counts.c.n)
+    return _QUEUED_COUNTS.having(sa.or_(index == share.index, total >= share.deep))
 
 
 async def _counts(conn: AsyncConnection) -> list[tuple[int, int, str, int]]:

@@ -29,10 +29,12 @@ __all__ = [
     "PairLimit",
     "ProviderRecord",
     "SendSample",
+    "Share",
     "StoreSize",
     "SuppressionRecord",
     "TenantRecord",
     "WorkerRecord",
+    "share_index",
 ]
 
 
@@ -158,6 +160,26 @@ class Completion:
     latency_s: float | None = None  # enqueue to outcome
     send_s: float | None = None  # how long the provider took (None: it was not called)
     gone: bool = False  # the provider said the recipient is gone for good: suppress it
+
+
+_HASH = 2654435761  # Knuth's multiplicative hash: 2**32 over the golden ratio
+
+
+def share_index(tenant_id: int, workers: int) -> int:
+    """Which of ``workers`` (counted in the order of their ids) serves ``tenant_id``: the id's
+    32-bit multiplicative hash scaled to their number, so consecutive ids spread evenly. The
+    store's read of the counts computes the same in SQL (``Share``)."""
+    return (tenant_id * _HASH % 4294967296) * workers >> 32
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """One worker's part of the tenants: those whose ``share_index`` among ``workers`` is
+    ``index``, and every key with at least ``deep`` rows queued (served by all)."""
+
+    index: int
+    workers: int
+    deep: int
 
 
 @dataclass(slots=True)  # a value; not frozen: see the module docstring
