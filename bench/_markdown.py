@@ -20,6 +20,7 @@ from _providers_section import providers as providers_section
 from _sections import Data
 from _startup_section import startup as startup_section
 from _tenants_section import tenants as tenants_section
+from _workers_section import workers as workers_section
 from tabulate import tabulate
 
 __all__ = ["render", "table"]
@@ -67,6 +68,7 @@ def render(
         plan=section("plan", sections.plan),
         console=section("console", console_section),
         tenants=section("tenants", tenants_section),
+        workers=section("workers", workers_section),
         startup=section("startup", startup_section),
         api=section("http_api", api_section),
         providers=section("providers", providers_section),

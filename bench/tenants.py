@@ -147,11 +147,13 @@ def over_envelope(sent: Sequence[tuple[int, int, float]]) -> dict[str, Any]:
         by_provider.setdefault(provider, []).append(at)
     worst = 0.0
     over = {"tenants": 0, "providers": 0}
+    first = min((at for _t, _p, at in sent), default=0.0)
+    where: list[dict[str, Any]] = []  # the windows over it: which, when (from the first send)
     for what, groups, limit in (
         ("tenants", by_tenant, TENANT_LIMIT),
         ("providers", by_provider, PROVIDER_LIMIT),
     ):
-        for times in groups.values():
+        for key, times in groups.items():
             times.sort()
             windows = [
                 worst_window(times, w, limit.rate_per_s, limit.burst, lag_s=0.02)
@@ -159,7 +161,18 @@ def over_envelope(sent: Sequence[tuple[int, int, float]]) -> dict[str, Any]:
             ]
             over[what] += any(not w.holds for w in windows)
             worst = max(worst, *(w.count / w.allowed for w in windows))
-    return {"over_envelope": over, "fullest_window_of_bound": round(worst, 3)}
+            where += [
+                {
+                    "what": f"{what[:-1]} {key}",
+                    "window_s": w.window_s,
+                    "at_s": round(w.start - first, 3),
+                    "count": w.count,
+                    "allowed": round(w.allowed, 1),
+                }
+                for w in windows
+                if not w.holds
+            ][:3]
+    return {"over_envelope": over, "fullest_window_of_bound": round(worst, 3), "over_at": where}
 
 
 def steady_rate(ts: Sequence[float]) -> float:
