@@ -101,6 +101,7 @@ def run_workers(
         found.append(
             {
                 "cpu_s": usage.ru_utime + usage.ru_stime,
+                "rss_mb": usage.ru_maxrss / 1024,  # kB on Linux
                 "stall_ms": int(work.group(1)) if work else None,
                 "claims": int(work.group(2)) if work else None,
                 "claims_empty": int(work.group(3)) if work else None,
@@ -188,6 +189,7 @@ async def one_run(tenants: int, workers: int, duration_s: float, profile: Path |
         "empty_claims_per_delivered": round(sum(claims) / delivered, 3) if claims else None,
         "claims": sum(w["claims"] or 0 for w in each),
         "longest_stall_ms": [w["stall_ms"] for w in each],
+        "rss_mb": [round(w["rss_mb"], 1) for w in each],
         "fell_back": sum(1 for w in each if w["fell_back"]),
         "late_loop_workers": sum(1 for w in each if w["late_loop_lines"]),
         **over_envelope(sent),

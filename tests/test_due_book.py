@@ -222,3 +222,19 @@ def test_a_look_that_drops_many_keys_keeps_the_others_in_their_order() -> None:
     book.wake(mono=6.0, wall=0.0)  # the stale timer of the waiting key that went is ignored
     assert set(book.due) == set(kept)
     assert lines(book)[2][0] == (5, 2) and (4, 1) not in lines(book)[1]
+
+
+def test_keep_forgets_the_keys_a_worker_no_longer_serves_wherever_they_are() -> None:
+    book = DueBook(cap=1024)
+    for key in (A1, B1, C1, A2, B2):
+        book.add(key, 3)
+    book.wait(B2, until=5.0)
+    book.later((4, 1), at=100.0)  # parked
+    book.served(C1, 3, drained=True)  # to be looked at alone
+    mine = {1}  # tenant ids this worker keeps
+    book.keep(lambda key, _n: key[0] in mine)
+    assert set(book.due) == {A1, A2}
+    assert lines(book) == {1: [A1], 2: [A2]}
+    assert not book.probes
+    book.wake(mono=6.0, wall=200.0)  # the stale timers of what went are ignored
+    assert set(book.due) == {A1, A2}

@@ -24,6 +24,7 @@ from engine.core.domain import BucketKey, Limit
 from engine.core.errors import ConfigError
 from engine.limits.envelope import worst_span
 from engine.limits.limiter import Reservation
+from engine.limits.redis_batch import WHOLE_SET
 from engine.limits.redis_calls import bounded
 from engine.limits.redis_limiter import PEERS_EVERY_S, RedisLimiter
 from tests.redis_server import RedisServer, redis_server_binary
@@ -199,6 +200,42 @@ async def test_a_limit_set_by_one_process_is_seen_by_another(
         assert await other_client.ping()
     finally:
         await other_client.aclose()
+
+
+async def test_a_whole_set_redis_holds_already_is_not_written_again(
+    make: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's first load of the configuration (``WHOLE_SET`` limits or more) is skipped
+    when Redis holds exactly that set; a change anywhere (a set that differs, one limit set by
+    another process) is written."""
+    limits: list[tuple[BucketKey, Limit | None]] = [
+        (BucketKey.for_tenant(f"t{i}"), Limit(20.0, 10.0)) for i in range(WHOLE_SET + 200)
+    ]
+    first, second, third = await make(), await make(), await make()
+    await first.configure_many(limits)
+    await first.reserve([TENANT], 1)  # a first reservation on a fresh Redis seeds it: whole too
+    written: list[int] = []
+    for limiter in (second, third):
+        real = limiter._calls.many
+
+        async def counted(name: str, calls: Any, real: Any = real) -> list[Any]:
+            written.append(len(calls))
+            return cast(list[Any], await real(name, calls))
+
+        monkeypatch.setattr(limiter._calls, "many", counted)
+    await second.configure_many(list(reversed(limits)))  # the same set, in another order
+    assert written == []
+    some = BucketKey.for_tenant("t7")
+    assert (await second.reserve([some], 3)).granted == 3  # Redis's bucket, as configured
+
+    await first.configure(some, Limit(5.0, 2.0))  # one changed by another process
+    await third.configure_many(limits)  # its view is older: written whole, and then it holds
+    assert sum(written) == len(limits)
+    changed = [(key, Limit(5.0, 2.0) if key == some else limit) for key, limit in limits]
+    await second.configure_many(changed)
+    assert sum(written) == 2 * len(limits)
+    [level] = await first.levels([some])
+    assert (level.rate_per_s, level.burst) == (5.0, 2.0)
 
 
 async def test_a_process_writes_itself_into_the_peers_a_few_times_a_second_not_every_time(

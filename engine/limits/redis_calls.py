@@ -28,6 +28,7 @@ import hashlib
 import logging
 from collections.abc import Awaitable, Sequence
 from importlib.resources import files
+from types import TracebackType
 from typing import Any, TypeVar
 
 from redis.asyncio import Redis
@@ -35,7 +36,16 @@ from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
-__all__ = ["LATE", "LATE_LOOP_S", "SCRIPTS", "UNAVAILABLE", "LateLoop", "LuaCalls", "bounded"]
+__all__ = [
+    "LATE",
+    "LATE_LOOP_S",
+    "SCRIPTS",
+    "UNAVAILABLE",
+    "Bound",
+    "LateLoop",
+    "LuaCalls",
+    "bounded",
+]
 
 log = logging.getLogger(__name__)
 
@@ -217,9 +227,16 @@ class LuaCalls:
             conn = self._idle.pop() if self._idle else self._new_lane()
             out: list[Any] = []
             try:
-                await _within(conn.send_packed_command(command, check_health=False), step_s)
-                while len(out) < replies:
-                    out.append(await _within(_reply(conn), step_s))
+                if step_s is None:
+                    await conn.send_packed_command(command, check_health=False)
+                    while len(out) < replies:
+                        out.append(await _reply(conn))
+                else:
+                    async with Bound(step_s) as bound:
+                        await conn.send_packed_command(command, check_health=False)
+                        while len(out) < replies:
+                            bound.renew()
+                            out.append(await _reply(conn))
             except RedisConnectionError as exc:
                 await conn.disconnect()  # connects again when next used
                 self._idle.append(conn)
@@ -297,63 +314,68 @@ LATE = LateLoop()
 
 async def bounded(command: Awaitable[_T], timeout_s: float) -> _T:
     """``command``'s result, or the builtin ``TimeoutError`` once Redis has had ``timeout_s``
-    to answer: a hung Redis must not hold a send. Those seconds count only while this
-    process's loop could read the answer: a deadline whose timer runs late (the loop was busy
-    elsewhere, by ``LATE_LOOP_S`` or more) is moved on by a short grace instead, since the
-    answer may be in the socket, unread; so a late loop is never taken for an outage (at most
-    ``_MOST_LATE_FACTOR`` times ``timeout_s`` in all). Cancelling mid-reply is safe: redis-py
-    drops that connection rather than reuse it out of step, and so do lanes."""
-    loop = asyncio.get_running_loop()
-    try:
-        async with asyncio.timeout(None) as timer:
-            deadline = _Deadline(loop, timer, timeout_s)
-            try:
-                return await command
-            finally:
-                deadline.cancel()
-    except TimeoutError:
-        if not timer.expired():
-            raise
-        raise TimeoutError(
-            f"no answer within {timeout_s:g} s, while this worker's loop was on time"
-        ) from None
+    to answer (``Bound``): a hung Redis must not hold a send, and a late loop is not Redis's
+    silence. Cancelling mid-reply is safe: redis-py drops that connection rather than reuse it
+    out of step, and so do lanes."""
+    async with Bound(timeout_s):
+        return await command
 
 
-class _Deadline:
-    """The timer of one ``bounded`` call: expires ``timer`` once ``timeout_s`` passed with the
-    loop on time at the deadline, and moves a deadline it finds late on by a grace."""
+class Bound:
+    """``async with Bound(timeout_s) as bound``: the block is cancelled, and the builtin
+    ``TimeoutError`` raised, once ``timeout_s`` passed with no ``bound.renew()`` (an answer
+    came in: ``timeout_s`` again from now). Those seconds count only while this process's
+    loop could read the answer: a deadline whose timer runs late (the loop was busy elsewhere,
+    by ``LATE_LOOP_S`` or more) is moved on by a grace of a tenth of the timeout instead,
+    since the answer may be in the socket, unread; so a late loop is never taken for an
+    outage (at most ``_MOST_LATE_FACTOR`` times ``timeout_s`` past the last renewal). One timer
+    for a whole batch of replies, where a timer per reply cost as much as reading it."""
 
-    __slots__ = ("_due", "_give_up", "_grace_s", "_handle", "_loop", "_timer")
+    __slots__ = ("_due", "_give_up", "_grace_s", "_handle", "_loop", "_timeout_s", "_timer")
 
-    def __init__(
-        self, loop: asyncio.AbstractEventLoop, timer: asyncio.Timeout, timeout_s: float
-    ) -> None:
-        now = loop.time()
-        self._loop, self._timer = loop, timer
-        self._give_up = now + timeout_s * _MOST_LATE_FACTOR
+    def __init__(self, timeout_s: float) -> None:
+        self._timeout_s = timeout_s
         self._grace_s = timeout_s / 10 if timeout_s / 10 > LATE_LOOP_S else LATE_LOOP_S
-        self._due = now + timeout_s
-        self._handle = loop.call_at(self._due, self._expire)
+
+    async def __aenter__(self) -> Bound:
+        self._loop = asyncio.get_running_loop()
+        self._timer = asyncio.timeout(None)
+        await self._timer.__aenter__()
+        self.renew()
+        self._handle = self._loop.call_at(self._due, self._expire)
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._handle.cancel()
+        try:
+            await self._timer.__aexit__(kind, exc, tb)
+        except TimeoutError:
+            if not self._timer.expired():
+                raise
+            raise TimeoutError(
+                f"no answer within {self._timeout_s:g} s, while this worker's loop was on time"
+            ) from None
+
+    def renew(self) -> None:
+        """An answer came in: the next has ``timeout_s`` from now."""
+        now = self._loop.time()
+        self._due = now + self._timeout_s
+        self._give_up = now + self._timeout_s * _MOST_LATE_FACTOR
 
     def _expire(self) -> None:
         now = self._loop.time()
+        if now < self._due:  # renewed since this timer was set
+            self._handle = self._loop.call_at(self._due, self._expire)
+            return
         late_s = now - self._due
         if late_s >= LATE_LOOP_S and now < self._give_up:
             LATE.saw(late_s, now)
             self._due = now + self._grace_s
             self._handle = self._loop.call_at(self._due, self._expire)
             return
-        self._timer.reschedule(now)  # expires: the command is cancelled
-
-    def cancel(self) -> None:
-        self._handle.cancel()
-
-
-async def _within(command: Awaitable[_T], step_s: float | None) -> _T:
-    """``command``, within ``step_s`` when given (else bounded by the caller)."""
-    if step_s is None:
-        return await command
-    return await bounded(command, step_s)
+        self._timer.reschedule(now)  # expires: the block is cancelled
 
 
 async def _reply(conn: AbstractConnection) -> Any:

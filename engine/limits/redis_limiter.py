@@ -140,6 +140,7 @@ class RedisLimiter(RedisBatches):
         self._calls = LuaCalls(self._client, timeout_s=call_timeout_s)
         self._set_key = f"{prefix}:buckets:v2"
         self._marker_key = f"{prefix}:seeded:v2"
+        self._limits_key = f"{prefix}:limits:v2"  # the digest of the last set written whole
         self._old_marker_key = f"{prefix}:seeded"  # the three-keys-per-bucket layout's
         self._rejoin_key = f"{prefix}:rejoined"  # set for probe_s by the first process back
         self._peers_key = f"{prefix}:peers:v2"
@@ -292,6 +293,7 @@ class RedisLimiter(RedisBatches):
         return BucketKey(BucketScope(scope), unquote(tenant), unquote(provider))
 
     async def _configure(self, key: BucketKey, limit: Limit | None, *, fill: str) -> None:
+        await self._bounded(self._client.delete(self._limits_key))  # no longer that set
         await self._script("configure", *self._configure_call(key, limit, fill))
 
     def _configure_call(

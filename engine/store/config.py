@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -21,7 +22,14 @@ __all__ = ["ConfigRepo"]
 
 
 def _limit(rate: float | None, burst: float | None) -> Limit | None:
-    return None if rate is None or burst is None else Limit(rate, burst)
+    return None if rate is None or burst is None else _limit_of(rate, burst)
+
+
+@functools.lru_cache(maxsize=1024)
+def _limit_of(rate: float, burst: float) -> Limit:
+    """One ``Limit`` per value read (immutable): 100,000 tenants with the same few limits load
+    without checking and making each again."""
+    return Limit(rate, burst)
 
 
 class ConfigRepo:
