@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: install run demo test lint typecheck contracts pytest bench clean
+.PHONY: install run demo test test-fast lint typecheck contracts pytest bench clean
 
 $(BIN)/omnipost: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -38,6 +38,12 @@ pytest: install
 	$(BIN)/pytest
 
 test: lint typecheck contracts pytest
+
+# The quick tier while working on a room: every test not marked slow (no real-time runs of the
+# dispatcher, no worker processes, no packaged app), stopping at the first failure. `make test`
+# is still what CI and a change's last run use.
+test-fast: install
+	$(BIN)/pytest -m "not slow" -x -q
 
 # Needs Postgres on 127.0.0.1:5432 and Redis on 127.0.0.1:6379 (skipped where absent).
 # Writes docs/benchmarks.md and docs/bench/*.{json,png}; about 20 minutes on 2 cores.

@@ -47,6 +47,19 @@ def process_cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) * _TICK_S
 
 
+def peak_rss_mb(pid: int) -> float | None:
+    """The peak resident set of one live process since its exec (``VmHWM``), in MB. Not
+    ``ru_maxrss`` from ``wait4``: Linux carries a child's high-water mark over from the parent
+    it was forked from, so a benchmark's own size would show in its workers'."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        return None
+    return None
+
+
 def server_cpu_s() -> dict[str, float | None]:
     """CPU seconds so far of the Postgres cluster and of Redis (None: not found here)."""
     if not Path("/proc").is_dir():

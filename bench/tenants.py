@@ -23,6 +23,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.cli_suppor
 
 import asyncpg
 from _common import REDIS, asyncpg_dsn, emit, fresh_pg, log_level_warning, parser, pg_reachable
+from _procs import peak_rss_mb
 
 from engine import (
     BUILTIN_KINDS,
@@ -106,15 +108,28 @@ def run_worker(
         command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
     assert proc.stdout is not None
+    peak: list[float] = []  # the worker's own high-water mark, read while it lives
+
+    def watch() -> None:
+        while proc.poll() is None:
+            found = peak_rss_mb(proc.pid)
+            if found is not None:
+                peak.append(found)
+            time.sleep(0.5)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     output = proc.stdout.read().decode(errors="replace")
     _pid, status, usage = os.wait4(proc.pid, 0)
+    watcher.join()
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"the worker failed:\n{output}")
     lines = sum(1 for line in output.splitlines() if line.startswith("[") and "delivered" in line)
     return {
         "cpu_s": usage.ru_utime + usage.ru_stime,
         "progress_lines": lines,
-        "rss_mb": usage.ru_maxrss / 1024,  # kB on Linux
+        # Not ``usage.ru_maxrss``: Linux carries this process's own size over into the child's.
+        "rss_mb": max(peak, default=0.0),
     }
 
 

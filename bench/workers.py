@@ -40,7 +40,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # app, engine
 
 from _common import REDIS, emit, fresh_pg, log_level_warning, parser, pg_reachable
-from _procs import process_cpu_s, server_cpu_s
+from _procs import peak_rss_mb, process_cpu_s, server_cpu_s
 from tenants import (
     CONCURRENCY,
     _flush_redis,
@@ -101,7 +101,6 @@ def run_workers(
         found.append(
             {
                 "cpu_s": usage.ru_utime + usage.ru_stime,
-                "rss_mb": usage.ru_maxrss / 1024,  # kB on Linux
                 "stall_ms": int(work.group(1)) if work else None,
                 "claims": int(work.group(2)) if work else None,
                 "claims_empty": int(work.group(3)) if work else None,
@@ -135,6 +134,8 @@ class _Window(threading.Thread):
         first = self._sample()
         time.sleep(max(0.0, self._end - time.time()))
         self.figures = {"from": first, "to": self._sample()}
+        rss = [peak_rss_mb(pid) for pid in self._pids]  # a second before the end: alive
+        self.figures["rss_mb"] = [None if r is None else round(r, 1) for r in rss]
 
 
 def steady_cpu(window: dict[str, Any], sent_at: list[float]) -> dict[str, float | None]:
@@ -189,7 +190,7 @@ async def one_run(tenants: int, workers: int, duration_s: float, profile: Path |
         "empty_claims_per_delivered": round(sum(claims) / delivered, 3) if claims else None,
         "claims": sum(w["claims"] or 0 for w in each),
         "longest_stall_ms": [w["stall_ms"] for w in each],
-        "rss_mb": [round(w["rss_mb"], 1) for w in each],
+        "rss_mb": window.get("rss_mb", []),
         "fell_back": sum(1 for w in each if w["fell_back"]),
         "late_loop_workers": sum(1 for w in each if w["late_loop_lines"]),
         **over_envelope(sent),
