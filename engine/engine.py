@@ -267,7 +267,10 @@ class Engine(
         )
         live = await self.workers()
         self.live_workers = max(1, len(live))
-        self.dispatcher.share_out([w.id for w in live if w.state == EngineState.RUNNING.value])
+        share = self.settings.share_tenants
+        if share or (share is None and self.limiter_backend != "local"):
+            running = [(w.id, w.heartbeat_at) for w in live if w.state == "running"]
+            self.dispatcher.share_out(running, self.settings.worker_ttl_s)
 
     async def _reap(self) -> None:
         now = self.clock.wall()

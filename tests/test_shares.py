@@ -81,8 +81,8 @@ async def _tenants(engine: Engine, count: int, rows: int) -> None:
 async def test_two_workers_lease_disjoint_tenants_and_find_no_rows_taken(
     engines: VirtualEngines, script: Script, clock: FakeClock
 ) -> None:
-    first = await engines.open(EngineSettings())
-    second = await engines.open(EngineSettings())
+    first = await engines.open(EngineSettings(share_tenants=True))
+    second = await engines.open(EngineSettings(share_tenants=True))
     await first.start()
     await second.start()
     # The heartbeat after both started (its timer runs on the real clock, so it is called
@@ -108,7 +108,7 @@ async def test_two_workers_lease_disjoint_tenants_and_find_no_rows_taken(
 async def test_a_silent_workers_tenants_are_served_once_its_heartbeat_is_old(
     engines: VirtualEngines, script: Script, clock: FakeClock
 ) -> None:
-    settings = EngineSettings()
+    settings = EngineSettings(share_tenants=True)
     engine = await engines.open(settings)
     now = clock.wall()
     ghost = WorkerRecord("ghost", "elsewhere", 1, now, now, "running", 16, 0)
@@ -138,7 +138,7 @@ async def test_a_silent_workers_tenants_are_served_once_its_heartbeat_is_old(
 async def test_the_stores_read_of_a_share_matches_share_index(engines: VirtualEngines) -> None:
     """The counts a worker reads for its share (SQL) are the keys ``share_index`` gives it
     (Python), and the deep keys: the two computations must never disagree."""
-    engine = await engines.open(EngineSettings())
+    engine = await engines.open(EngineSettings(share_tenants=True))
     await _tenants(engine, 60, 1)
     deep: list[tuple[str, str, dict[str, Any], str | None, int]] = [
         ("p", f"d{j}@example.com", {}, None, 0) for j in range(SHARED_DEPTH)

@@ -40,6 +40,10 @@ class EngineSettings:
     # the next one goes on where it stopped.
     prune_s: float = 300.0
     prune_budget_s: float = 20.0
+    # Share the tenants out among the running workers (engine/dispatch/share.py): None, when
+    # the limiter is shared by every process (Redis), the way workers scale out; a local
+    # limiter enforces each limit per process anyway.
+    share_tenants: bool | None = None
 
 
 class EngineParts:

@@ -77,6 +77,8 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self._book = DueBook(DUE_CAP)  # the keys with work: where each one stands
         self.shares = Shares(owner)  # the tenants this worker serves, among the live workers
+        self._beats: list[tuple[str, float]] = []  # the running workers' last heartbeats
+        self._beats_ttl_s = 0.0
         self._claims = ClaimMaker(self._book, directory, self._work, clock)
         self._due_stale = True  # look at the kept counts in the next round
         self._refreshed_at = -1e9
@@ -134,13 +136,22 @@ class Dispatcher:
                 book.add(key, n)
         self._wake.set()
 
-    def share_out(self, workers: Sequence[str]) -> None:
-        """The live dispatching workers, from heartbeats: this one serves its share of the
-        tenants (``engine/dispatch/share.py``). When the list changed, the keys that went to
-        others leave the book at once, and a look at the counts takes those that came to it
-        without waiting out the interval between looks (at 100,000 tenants, a look every few
-        seconds: a worker claimed another's keys and missed its own meanwhile)."""
-        if self.shares.set_workers(workers):
+    def share_out(self, beats: Sequence[tuple[str, float]], ttl_s: float) -> None:
+        """The running workers and their last heartbeats (wall s), from the store: this one
+        serves its share of the tenants (``engine/dispatch/share.py``) among those whose
+        heartbeat is under ``ttl_s`` old by its own clock, checked again before every look, so
+        a worker that fell silent leaves the share as soon as it is that old, whenever this
+        one next reads the heartbeats."""
+        self._beats, self._beats_ttl_s = list(beats), ttl_s
+        self._reshare()
+
+    def _reshare(self) -> None:
+        """Share the tenants among the workers heard from lately. When that changed, the keys
+        that went to others leave the book at once, and a look at the counts takes those that
+        came without waiting out the interval between looks (at 100,000 tenants, a look every
+        few seconds: a worker claimed another's keys and missed its own meanwhile)."""
+        since = self._clock.wall() - self._beats_ttl_s
+        if self.shares.set_workers([w for w, at in self._beats if at >= since]):
             serves = self.shares.serves
             self._book.keep(lambda key, n: serves(key[0], n))
             self._refreshed_at = -1e9
@@ -221,6 +232,8 @@ class Dispatcher:
 
     async def _refresh_due(self) -> None:
         """Look at the kept counts when one is due, then at the keys whose count ran out."""
+        if self._beats:
+            self._reshare()  # a silent worker's tenants come to the others
         mono = self._clock.monotonic()
         book = self._book
         if self._look_due(mono):
