@@ -269,7 +269,7 @@ class Engine(
         self.live_workers = max(1, len(live))
         share = self.settings.share_tenants
         if share or (share is None and self.limiter_backend != "local"):
-            running = [(w.id, w.heartbeat_at) for w in live if w.state == "running"]
+            running = [(w.id, w.heartbeat_at) for w in live if w.state == EngineState.RUNNING]
             self.dispatcher.share_out(running, self.settings.worker_ttl_s)
 
     async def _reap(self) -> None:

@@ -8,11 +8,10 @@ heartbeat says ``running``), by a hash of its id scaled to the number of workers
 order of their ids (``engine.store.share_index``): the same answer in every process that sees
 the same workers, and in the store's read of the counts, which sends a worker only the keys of
 its own tenants (and the deep ones): at ten thousand tenants each look read 30,000 rows, in
-every worker. A worker
-joining or leaving moves tenants among the others too (rendezvous hashing would move fewer, but
-cost a hash per worker and tenant: half a second at 100,000 tenants and four workers); a dead
-worker drops out of the live list after ``worker_ttl_s`` (15 s), well within its leases (30 s),
-and its tenants go to the others.
+every worker. A worker joining or leaving moves tenants among the others too (rendezvous
+hashing would move fewer, but cost a hash per worker and tenant: half a second at 100,000
+tenants and four workers); a worker silent for ``worker_ttl_s`` (15 s), by each worker's own
+clock, drops out of the list, well within its leases (30 s), and its tenants go to the others.
 
 A key with a deep backlog (``SHARED_DEPTH`` rows or more) is served by every worker: its
 rows are many, so claims of several workers take different rows (SKIP LOCKED), and one
