@@ -76,10 +76,10 @@ async def run_console(
     metrics: MetricsAddress | None = None,
     serve: int | None = None,
 ) -> int:
-    """Open the store and the engine (its limiter in Redis at ``redis_url`` when given), show
-    the window, and run until it is closed, serving Prometheus metrics at ``metrics`` if given
-    (bound first: a taken port fails before anything opens). Returns 0, or 1 when the engine
-    failed. With ``serve``, the HTTP API answers on 127.0.0.1 at that port meanwhile."""
+    """Open the store, show the window, open the engine (its limiter in Redis at ``redis_url``
+    when given), and run until the window is closed, serving Prometheus metrics at ``metrics``
+    if given (bound first: a taken port fails before anything opens). Returns 0, or 1 when the
+    engine failed. With ``serve``, the HTTP API answers on 127.0.0.1 at that port meanwhile."""
     who = actor("console")
     api_metrics = _api_metrics() if serve is not None else None
     async with (
@@ -89,9 +89,6 @@ async def run_console(
         await store.migrate()
 
         engine = build_engine(store, actor=who, redis_url=redis_url)
-        await engine.open()
-        if demo:
-            await seed_demo(engine)
         bridge = Bridge(
             engine,
             seed_demo=seed_demo,
@@ -102,12 +99,21 @@ async def run_console(
         closed = asyncio.Event()
         window.closing.connect(closed.set)
         app.aboutToQuit.connect(closed.set)
+        # The window first, greyed while the engine loads the configuration (seconds at
+        # 100,000 tenants, with the loop turning between parts: the window paints meanwhile).
+        window.setEnabled(False)
+        window.show()
+        window.statusBar().showMessage("Loading the configuration…")
+        await engine.open()
+        if demo:
+            await seed_demo(engine)
+        window.setEnabled(True)
+        window.statusBar().clearMessage()
         async with (
             exporter.following(functools.partial(engine.snapshot, view=METRICS_VIEW)),
             _api(engine, serve, api_metrics),
         ):
             with on_signals(closed.set):  # Ctrl+C in the terminal closes cleanly too
-                window.show()
                 bridge.start_sampling()
                 if (settings.dispatch_on_open if dispatch is None else dispatch) or demo:
                     await bridge.start()

@@ -33,11 +33,16 @@ def _rows(d: Data) -> Rows:
 
 def _table(d: Data) -> Rows:
     t = d["tenants_view"]
+    every = f"{d['tenants']:,}"
     return [
-        [f"sort {t['rows']:,} rows by rate", n(t["sort_by_rate_ms"], 1)],
-        [f"sort {t['rows']:,} rows by name", n(t["sort_by_name_ms"], 1)],
-        [f"filter to {t['filtered_rows']:,} rows", n(t["filter_ms"], 1)],
-        ["clear the filter", n(t["unfilter_ms"], 1)],
+        [f"the first page of {every}, by name", n(t["first_page_ms"], 1)],
+        [
+            "every tenant sorted by rate, its first page (a header click)",
+            n(t["sort_by_rate_ms"], 1),
+        ],
+        ["the last page, by name", n(t["last_page_ms"], 1)],
+        [f"a search: {t['search_matches']:,} names contain “t012”", n(t["search_ms"], 1)],
+        ["the page shown sorted by a live column (Queued)", n(t["sort_page_by_queued_ms"], 1)],
     ]
 
 
@@ -55,5 +60,7 @@ def console(d: Data) -> Context:
         "rate_target": RATE_TARGET_PER_S,
         "lag_met": p99 is not None and p99 <= LAG_TARGET_MS,
         "show_met": d["show_s"] <= SHOW_TARGET_S,
+        "live_s": d.get("open_s", 0.0) + d["show_s"],
+        "live_met": d.get("open_s", 0.0) + d["show_s"] <= SHOW_TARGET_S,
         "rate_met": rate >= RATE_TARGET_PER_S,
     }

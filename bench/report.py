@@ -51,7 +51,11 @@ BENCHES: dict[str, tuple[str, list[str], bool]] = {
     "plan": ("plan.py", [], True),
     "tenants": ("tenants.py", ["--duration", "10", "--repeat", "2"], True),
     "workers": ("workers.py", ["--repeat", "2"], True),
-    "console": ("console.py", ["--tenants", "10000", "--seconds", "20"], False),
+    "console": (
+        "console.py",
+        ["--tenants", "100000", "--seconds", "20", "--shots", str(ROOT / "docs/screenshots/many")],
+        False,
+    ),
     "startup": ("startup.py", ["--runs", "10"], True),
     "http_api": ("http_api.py", ["--seconds", "10", "--repeat", "2"], True),
     "providers": ("providers.py", ["--count", "3000", "--repeat", "2"], True),

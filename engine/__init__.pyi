@@ -3,6 +3,7 @@ the module this stub names, on first use: see there)."""
 
 from .api.apikeys import API_KEY_SCOPES, parse_scope
 from .api.front import TenantLimits
+from .api.glance import AppliedConfig
 from .api.plan import MAX_PLANNED
 from .api.suppressions import MAX_SUPPRESSION_PAGE
 from .api.tenant_lines import (
@@ -121,6 +122,8 @@ from .store import (
     StoreSize,
     SuppressionRecord,
     TenantImport,
+    TenantPage,
+    TenantQuery,
     TenantRecord,
     TenantSpec,
     WorkerRecord,
@@ -157,6 +160,7 @@ __all__ = [
     "PROVIDER_KINDS",
     "UNSET",
     "ApiKeyRecord",
+    "AppliedConfig",
     "AuditEntry",
     "BacklogTraffic",
     "BucketKey",
@@ -226,7 +230,9 @@ __all__ = [
     "TenantDepth",
     "TenantImport",
     "TenantLimits",
+    "TenantPage",
     "TenantPlan",
+    "TenantQuery",
     "TenantRecord",
     "TenantSpec",
     "TokenBucket",

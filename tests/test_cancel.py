@@ -127,7 +127,7 @@ async def test_only_a_queued_notification_can_be_cancelled(
     await MAKE[state](engine, nid)
     before = await view(engine, nid)
     assert before.state is state
-    audited = len(await engine.store.config.audit_log())
+    audited = len(await engine.store.audit.entries())
 
     with pytest.raises(NotCancellable) as raised:
         await engine.cancel("acme", nid)
@@ -137,7 +137,7 @@ async def test_only_a_queued_notification_can_be_cancelled(
         f"notification {nid} is {state.value}; only a queued notification can be cancelled."
     )
     assert await view(engine, nid) == before  # untouched
-    assert len(await engine.store.config.audit_log()) == audited  # nothing audited
+    assert len(await engine.store.audit.entries()) == audited  # nothing audited
 
 
 async def test_a_missing_id_and_another_tenants_id_are_the_same_not_found(
@@ -176,7 +176,7 @@ async def test_each_cancel_is_audited(engines: VirtualEngines) -> None:
     await engine.cancel("acme", second)
     await engine.cancel("acme", first)
     tenant_id, _ = ids_of(engine)
-    entries = (await engine.store.config.audit_log(limit=2))[::-1]
+    entries = (await engine.store.audit.entries(limit=2))[::-1]
     assert [(e.actor, e.action, e.tenant_id, e.detail) for e in entries] == [
         (engine.actor, "notification.cancel", tenant_id, {"id": second}),
         (engine.actor, "notification.cancel", tenant_id, {"id": first}),

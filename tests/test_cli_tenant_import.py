@@ -44,7 +44,7 @@ def audit(cli: Cli) -> list[AuditEntry]:
     async def read() -> list[AuditEntry]:
         assert cli.db_url is not None
         async with Store(cli.db_url, SecretBox([SecretBox.generate_key()])) as store:
-            return await store.config.audit_log(limit=1000)
+            return await store.audit.entries(limit=1000)
 
     return asyncio.run(read())
 

@@ -91,7 +91,7 @@ CLOSE_AFTER_DELIVERIES = textwrap.dedent(
     async def check():
         async with build_store(ctx.db_url, box) as store:
             depth = await store.queue.depth()
-            workers = await store.config.workers()
+            workers = await store.workers.read()
         return {
             "code": code,
             "leased": sum(r.count for r in depth if r.state.value == "leased"),

@@ -72,7 +72,7 @@ async def everything(engine: Engine) -> object:
         *[await store.queue.list_by_tenant(tenants[name]) for name in ("acme", "beta")],
         *[await store.queue.deliveries(tenants[name]) for name in ("acme", "beta")],
         sorted(await store.queue.depth(), key=lambda r: (r.tenant_id, r.state.value)),
-        await store.config.audit_log(),
+        await store.audit.entries(),
     ]
 
 

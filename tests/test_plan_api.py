@@ -30,7 +30,7 @@ async def _counts(store: Store) -> tuple[object, ...]:
         await store.queue.recount(),
         await store.queue.backlog(),
         await store.stats.recent_sends(1000),
-        await store.config.audit_log(limit=1000),
+        await store.audit.entries(limit=1000),
         await store.health.all(),
     )
 

@@ -72,7 +72,7 @@ async def test_stop_then_restart_keeps_the_buckets_and_the_envelope(
     await until(clock, lambda: len(script.calls) == 30, what="the sends after the restart")
     check_envelope([c.at_s for c in script.calls], RATE_PER_S, BURST, WINDOWS_S)
     assert {c.message.idempotency_key for c in script.calls} == {f"k{i}" for i in range(30)}
-    workers = {w.id: w.state for w in await engine.store.config.workers()}
+    workers = {w.id: w.state for w in await engine.store.workers.read()}
     assert workers.get(first_worker) == "stopped"
     assert workers.get(engine.worker_id) == "running"
 

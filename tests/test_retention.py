@@ -495,7 +495,7 @@ async def test_retention_set_anywhere_reaches_running_engines_and_survives_resta
         await engine_c.open()
         try:
             assert await engine_c.retention() == Retention(delivered_s=HOUR)
-            [entry, *_] = await store_c.config.audit_log(limit=1)
+            [entry, *_] = await store_c.audit.entries(limit=1)
             assert (entry.action, entry.actor) == ("retention.set", "engine")
             assert entry.detail == Retention(delivered_s=HOUR).as_dict()
         finally:

@@ -164,7 +164,7 @@ async def final_state(url: str, key: str) -> tuple[dict[str, int], list[WorkerRe
         Engine(store, LocalLimiter(SystemClock()), BUILTIN_KINDS) as engine,
     ):
         snap = await engine.snapshot()
-        registered = await store.config.workers()
+        registered = await store.workers.read()
     totals: Counter[str] = Counter()
     for d in snap.depth:
         totals.update(queued=d.queued, leased=d.leased, delivered=d.delivered, dead=d.dead)

@@ -129,7 +129,7 @@ async def test_read_models_show_secrets_masked(store: Store) -> None:
     full = await store.config.provider("hook", with_secrets=True)
     assert full.secrets["token"] == PROVIDER_SECRET
     assert PROVIDER_SECRET not in repr(full), "a record's repr never shows secret values"
-    assert PROVIDER_SECRET not in repr(await store.config.audit_log())
+    assert PROVIDER_SECRET not in repr(await store.audit.entries())
 
     [leased] = await store.queue.claim(tenant, provider.id, 1, owner="w", lease_s=5, now=T0)
     assert leased.recipient == RECIPIENT, "a worker gets the plaintext to send"

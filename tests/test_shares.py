@@ -112,7 +112,7 @@ async def test_a_silent_workers_tenants_are_served_once_its_heartbeat_is_old(
     engine = await engines.open(settings)
     now = clock.wall()
     ghost = WorkerRecord("ghost", "elsewhere", 1, now, now, "running", 16, 0)
-    await engine.store.config.heartbeat(ghost)  # and never again: it died
+    await engine.store.workers.heartbeat(ghost)  # and never again: it died
     await engine.start()
     assert len(engine.dispatcher.shares.workers) == 2
     await _tenants(engine, 40, 2)

@@ -8,6 +8,7 @@ snapshot read every level and probed every tenant with queued work.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -30,7 +31,7 @@ from engine import (
     SystemClock,
 )
 from engine.views.activity import Activity
-from engine.views.glance import RECENT_PAIRS, candidates, pick_buckets
+from engine.views.glance import RECENT_PAIRS, candidates, fill_counts, pick_buckets
 from tests.many_tenants import PROVIDERS, populate, tenant_name
 
 
@@ -116,6 +117,29 @@ async def test_a_views_snapshot_costs_the_same_at_200_and_2000_tenants(
         assert {d.tenant for d in snap.depth} >= set(view.tenants)
     assert statements[2000] == statements[200] <= 4, statements
     assert levels[2000] <= 3 * RECENT_PAIRS + 64, levels  # the recent pairs' buckets, and more
+
+
+async def test_the_distribution_of_fills_counts_every_bucket_reading_the_recent_ones(
+    engines: dict[int, tuple[Engine, CountingLimiter]],
+) -> None:
+    engine, limiter = engines[2000]
+    drained = range(0, 2000, 4)  # 500 pairs: each tenant's and pair's bucket taken from
+    await _drain_some(engine, drained)
+    before = fill_counts(await limiter.inner.levels(), 10, 8003)  # every level: the truth
+    limiter.levels_read = 0
+    snap = await engine.snapshot(view=SnapshotView(fill_bins=10))
+    after = fill_counts(await limiter.inner.levels(), 10, 8003)
+
+    picks = snap.picks
+    assert picks is not None and len(picks.fills) == 10
+    assert sum(picks.fills) == picks.configured == 8003
+    assert 1000 <= picks.fills_read <= 1001  # the tenant's and the pair's of each, a provider's
+    assert limiter.levels_read < 1001 + 3 * RECENT_PAIRS  # the picks' too; not the 8,003
+    assert sum(before[:-1]) > 100  # buckets well below full: what the distribution shows
+    # Buckets only refill meanwhile: as many at most so full as before, at least as after.
+    cumulative = [list(itertools.accumulate(c)) for c in (before, picks.fills, after)]
+    assert all(b >= s >= a for b, s, a in zip(*cumulative, strict=True)), cumulative
+    assert not (await engine.snapshot(view=SnapshotView())).picks.fills  # type: ignore[union-attr]
 
 
 async def test_the_full_snapshot_still_reads_every_tenant(
@@ -221,6 +245,17 @@ def test_pick_buckets(
     picks = pick_buckets(levels, by_key, SnapshotView(emptiest=2, busiest=2))
     assert [p.level.key.tenant for p in picks.emptiest] == emptiest
     assert [p.level.key.tenant for p in picks.busiest] == busiest
+
+
+def test_fill_counts_put_blocked_in_the_first_step_and_the_unread_in_the_last() -> None:
+    levels = [
+        _level("empty", 0.0),
+        _level("half", 5.0),
+        _level("full", 10.0),
+        _level("held", 10.0, blocked_s=3.0),
+    ]
+    assert fill_counts(levels, 4, configured=10) == (2, 0, 1, 7)
+    assert fill_counts([], 3, configured=5) == (0, 0, 5)
 
 
 def test_candidates_are_the_buckets_of_recent_pairs_not_yet_refilled() -> None:

@@ -135,7 +135,7 @@ async def test_config_errors_change_nothing(store: Store) -> None:
     await cfg.add_tenant("acme", None, now=T0, actor=ACTOR)
     await cfg.add_provider("sms", "simulated", None, {}, {}, now=T0, actor=ACTOR)
     before = (await cfg.tenants(), await cfg.providers(), await cfg.pair_limits())
-    audit_before = await cfg.audit_log()
+    audit_before = await store.audit.entries()
     calls: list[tuple[str, type[Exception], Callable[[], Awaitable[object]]]] = [
         (
             "add existing tenant",
@@ -186,7 +186,7 @@ async def test_config_errors_change_nothing(store: Store) -> None:
         assert str(caught.value).endswith("."), f"{what}: errors are one sentence"
         after = (await cfg.tenants(), await cfg.providers(), await cfg.pair_limits())
         assert after == before, what
-        assert await cfg.audit_log() == audit_before, what
+        assert await store.audit.entries() == audit_before, what
 
 
 async def test_providers_options_and_secrets_merge(store: Store) -> None:
@@ -339,10 +339,10 @@ async def test_config_changes_are_audited_without_secret_values(store: Store) ->
     )
     await cfg.update_provider("sms", secrets={"token": "tok-NEW"}, now=T0 + 3, actor="carol")
     await cfg.set_pair_limit("acme", "sms", Limit(3, 4), now=T0 + 4, actor="dave")
-    await cfg.audit("erin", "dead.retry", None, {"count": 2}, now=T0 + 5)
+    await store.audit.write("erin", "dead.retry", None, {"count": 2}, now=T0 + 5)
     acme = (await cfg.tenant("acme")).id
 
-    entries = await cfg.audit_log()
+    entries = await store.audit.entries()
     got = [(e.ts, e.actor, e.action, e.tenant_id) for e in entries]
     assert got == [
         (T0 + 5, "erin", "dead.retry", None),
@@ -363,7 +363,7 @@ async def test_config_changes_are_audited_without_secret_values(store: Store) ->
     }
     assert by_action["dead.retry"] == {"count": 2}
     assert "tok-" not in repr(entries), "secret values never reach the audit log"
-    assert [e.action for e in await cfg.audit_log(limit=2)] == ["dead.retry", "limit.set"]
+    assert [e.action for e in await store.audit.entries(limit=2)] == ["dead.retry", "limit.set"]
 
 
 # -- enqueue ---------------------------------------------------------------------------------
@@ -988,19 +988,21 @@ async def test_deliveries_filter_limit_and_order(store: Store) -> None:
 
 
 async def test_worker_heartbeats_upsert_and_alive_filter(store: Store) -> None:
-    cfg = store.config
+    register = store.workers
 
     def worker(
         wid: str, heartbeat_at: float, state: str = "running", delivered: int = 0
     ) -> WorkerRecord:
         return WorkerRecord(wid, "host-1", 42, T0, heartbeat_at, state, 8, delivered)
 
-    await cfg.heartbeat(worker("w1", T0))
-    await cfg.heartbeat(dataclasses.replace(worker("w2", T0 + 1), started_at=T0 + 1))
-    await cfg.heartbeat(dataclasses.replace(worker("w1", T0 + 5, delivered=7), host="ignored"))
-    await cfg.heartbeat(dataclasses.replace(worker("w3", T0 + 6, "stopped"), started_at=T0 + 2))
+    await register.heartbeat(worker("w1", T0))
+    await register.heartbeat(dataclasses.replace(worker("w2", T0 + 1), started_at=T0 + 1))
+    await register.heartbeat(dataclasses.replace(worker("w1", T0 + 5, delivered=7), host="ignored"))
+    await register.heartbeat(
+        dataclasses.replace(worker("w3", T0 + 6, "stopped"), started_at=T0 + 2)
+    )
 
-    got = await cfg.workers()
+    got = await register.read()
     assert [w.id for w in got] == ["w1", "w2", "w3"], "ordered by start"
     assert got[0] == worker("w1", T0 + 5, delivered=7), "a heartbeat updates, never duplicates"
 
@@ -1012,7 +1014,7 @@ async def test_worker_heartbeats_upsert_and_alive_filter(store: Store) -> None:
         (T0 + 5.5, []),
     ]
     for alive_since, expected in steps:
-        assert [w.id for w in await cfg.workers(alive_since=alive_since)] == expected, alive_since
+        assert [w.id for w in await register.read(alive_since=alive_since)] == expected, alive_since
 
-    assert await cfg.forget_workers(before=T0 + 2) == 1
-    assert [w.id for w in await cfg.workers()] == ["w1", "w3"]
+    assert await register.forget(before=T0 + 2) == 1
+    assert [w.id for w in await register.read()] == ["w1", "w3"]

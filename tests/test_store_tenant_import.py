@@ -21,7 +21,7 @@ ACTOR = "test"
 
 async def state(store: Store) -> tuple[list[TenantRecord], list[Any]]:
     """Every tenant and every audit entry: what a refused import must leave as it was."""
-    return await store.config.tenants(), await store.config.audit_log(limit=1000)
+    return await store.config.tenants(), await store.audit.entries(limit=1000)
 
 
 @contextlib.contextmanager
@@ -116,7 +116,7 @@ async def test_an_import_is_one_audit_entry_of_its_counts(store: Store) -> None:
 
     await cfg.import_tenants(specs, update=True, now=T0 + 5, actor="bob")
 
-    newest, *older = await cfg.audit_log()
+    newest, *older = await store.audit.entries()
     assert (newest.ts, newest.actor, newest.action, newest.tenant_id) == (
         T0 + 5,
         "bob",

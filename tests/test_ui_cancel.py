@@ -40,7 +40,7 @@ def test_cancelling_selected_queued_rows_from_the_queue_view(qtbot: QtBot, tmp_p
         assert tenant_id is not None
         gone = c.run(c.engine.store.queue.get(tenant_id, chosen[0]))
         assert gone is not None and gone.state is NotificationState.CANCELLED
-        audit = c.run(c.engine.store.config.audit_log(limit=1))
+        audit = c.run(c.engine.store.audit.entries(limit=1))
         assert (audit[0].action, audit[0].actor) == ("notification.cancel", "console:test")
 
         queue.state.setCurrentIndex(states.index(NotificationState.CANCELLED.value))

@@ -50,7 +50,7 @@ def test_editing_a_rate_in_the_table_changes_the_bucket_and_the_store(
 
         c.wait(lambda: bucket_rate() == 2.0)
         assert c.run(c.engine.store.config.tenant("acme")).limit == Limit(2, 5)
-        audit = c.run(c.engine.store.config.audit_log(limit=5))
+        audit = c.run(c.engine.store.audit.entries(limit=5))
         assert (audit[0].action, audit[0].actor) == ("tenant.set", "console:test")
         c.wait(lambda: view.model.index(0, TenantsModel.RATE).data() == "2/s")
         log = c.window.log_panel.model

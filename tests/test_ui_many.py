@@ -26,11 +26,13 @@ from engine import (
     TenantRecord,
     WorkerRecord,
 )
-from tests.many_tenants import populate, tenant_name
+from tests.many_tenants import PROVIDERS, populate, tenant_name
 from tests.ui_support import OFFSCREEN_NOISE, check_model, console
 from ui.models import NotificationsModel, TenantRow, TenantsModel, WorkersModel
 from ui.state import QueueRow
 from ui.views.buckets import bucket_groups
+from ui.views.fills import FILL_BINS, fill_image
+from ui.views.tenants import PAGE
 
 offscreen = pytest.mark.qt_log_ignore(OFFSCREEN_NOISE)
 ROWS = 10_000
@@ -139,6 +141,48 @@ def test_the_filter_box_shows_the_matching_buckets(qtbot: QtBot, tmp_path: Path)
         assert len(dashboard.gauges.levels) == 24
         dashboard.buckets.filter.clear()
         c.wait(lambda: dashboard.gauges.groups[0].heading.startswith("Emptiest"))
+
+
+@offscreen
+def test_past_a_few_hundred_buckets_the_dashboard_maps_every_fill(
+    qtbot: QtBot, tmp_path: Path
+) -> None:
+    with console(qtbot, tmp_path) as c:
+        c.run(populate(c.engine, _url(tmp_path), 300))  # 1,203 buckets
+        c.run(c.bridge.reload_config())
+        assert c.window is not None
+        dashboard = c.window.dashboard
+        c.window.tabs.setCurrentWidget(dashboard)
+
+        async def drain(tenants: range) -> None:  # as sends would, and told to the telemetry
+            for i in tenants:  # half of a bucket that takes 1,000 s to refill
+                await c.engine.update_tenant(tenant_name(i), limit=Limit(0.01, 10))
+            now = c.engine.clock.monotonic()
+            for i in tenants:
+                await c.engine.limiter.reserve([BucketKey.for_tenant(tenant_name(i))], 5)
+                c.engine.telemetry.activity.touch(tenant_name(i), PROVIDERS[0], now)
+
+        c.run(drain(range(0, 300, 30)))
+        fills = dashboard.fill_map
+
+        def named() -> object:  # a bucket named, not the sentence for none
+            first = fills.emptiest.item(0)
+            return first is not None and first.data(Qt.ItemDataRole.UserRole)
+
+        c.wait(lambda: dashboard.fill_stack.currentWidget() is fills and named())
+        assert not dashboard.fill_plot.curves  # no emptiest curves: the map instead
+        steps = [c.bridge.history.series(f"fills:{b}")[-1] for b in range(FILL_BINS)]
+        assert sum(steps) == 1203 and sum(steps[:-1]) >= 10  # every bucket; ten drained
+        assert "of 1.2k below 90 % full" in fills.caption.text()
+        assert fill_image(c.bridge.history)[0].shape[1] == FILL_BINS
+
+        first = fills.emptiest.item(0)
+        name = first.data(Qt.ItemDataRole.UserRole)
+        assert any(f"{tenant_name(i)}" in name for i in range(0, 300, 30))
+        fills.emptiest.itemClicked.emit(first)  # a click: the bucket panel shows that one
+        assert dashboard.buckets.filter.text() == name
+        c.wait(lambda: dashboard.gauges.groups[0].heading.startswith("Matching"))
+        assert [str(lv.key) for lv in dashboard.gauges.groups[0].levels][:1] == [name]
 
 
 # -- the tables at 10,000 rows -------------------------------------------------------------
@@ -272,23 +316,44 @@ def test_the_shown_model_passes_qts_model_tester(qtmodeltester: ModelTester) -> 
 
 
 @offscreen
-def test_the_tenants_view_reads_the_rows_on_screen_only(qtbot: QtBot, tmp_path: Path) -> None:
+def test_the_tenants_view_pages_searches_and_reads_the_rows_on_screen_only(
+    qtbot: QtBot, tmp_path: Path
+) -> None:
     with console(qtbot, tmp_path) as c:
         c.run(populate(c.engine, _url(tmp_path), 2000, queued=2, pair_limits=False))
         c.run(c.bridge.reload_config())
         assert c.window is not None
         view = c.window.tenants_view
         c.window.tabs.setCurrentWidget(view)
-        c.wait(lambda: view.model.rowCount() == 2000 and view.visible.keys)
+        c.wait(lambda: view.model.rowCount() == PAGE and view.visible.keys)
+        assert view.count.text() == f"1 to {PAGE} of 2,000 tenants"
+        assert not view.previous.isEnabled() and view.next.isEnabled()
         shown = view.visible.keys
         assert shown[0] == tenant_name(0) and 5 < len(shown) < 100
         assert set(c.bridge.snapshot_view().tenants) >= set(shown)
         assert len(c.bridge.snapshot_view().tenants) < 150
         c.wait(lambda: view.model.record(0).queued == 2)  # a live value of a row on screen
-        assert view.model.record(1999).queued == 0  # off screen: not read
+        assert view.model.record(PAGE - 1).queued == 0  # off screen: not read
         view.table.verticalScrollBar().setValue(view.table.verticalScrollBar().maximum())
-        c.wait(lambda: tenant_name(1999) in view.visible.keys)
-        c.wait(lambda: view.model.record(1999).queued == 2)
+        c.wait(lambda: tenant_name(PAGE - 1) in view.visible.keys)
+        c.wait(lambda: view.model.record(PAGE - 1).queued == 2)
+
+        for _ in range(9):  # to the last page, a page at a time
+            view.next.click()
+        c.wait(lambda: view.model.record(0).record.name == tenant_name(2000 - PAGE))
+        assert view.count.text() == f"{2001 - PAGE:,} to 2,000 of 2,000 tenants"
+        assert view.previous.isEnabled() and not view.next.isEnabled()
+
+        view.filter.setText("T0012")  # case ignored; the first page of what matches
+        c.wait(lambda: view.count.text() == "1 to 10 of 10 matching “T0012”")
+        assert [r.record.name for r in view.model.all_rows] == [
+            tenant_name(i) for i in range(120, 130)
+        ]
+        view.filter.clear()
+        c.wait(lambda: view.count.text() == f"1 to {PAGE} of 2,000 tenants")
+        view.table.verticalScrollBar().setValue(view.table.verticalScrollBar().maximum())
+        c.wait(lambda: tenant_name(PAGE - 1) in c.bridge.snapshot_view().tenants)
+
         c.window.tabs.setCurrentWidget(c.window.dashboard)
         c.wait(lambda: not view.visible.keys)
-        assert tenant_name(1999) not in c.bridge.snapshot_view().tenants
+        assert tenant_name(PAGE - 1) not in c.bridge.snapshot_view().tenants

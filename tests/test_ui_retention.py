@@ -100,7 +100,7 @@ def retype(c: Console, view: StoreView, window: str, text: str) -> None:
 
 def audited(c: Console) -> list[tuple[str, dict[str, Any]]]:
     """The retention changes in the audit log: (actor, detail), newest first."""
-    entries = c.run(c.engine.store.config.audit_log())
+    entries = c.run(c.engine.store.audit.entries())
     return [(e.actor, e.detail) for e in entries if e.action == "retention.set"]
 
 

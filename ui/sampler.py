@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -24,7 +24,6 @@ from engine import (
     Limit,
     NotificationState,
     OmniPostError,
-    PairLimit,
     ProviderRecord,
     Snapshot,
     SnapshotView,
@@ -90,11 +89,11 @@ class Sampler(QObject):
         self._tenants: list[TenantRecord] = []
         self._providers: list[ProviderRecord] = []
         self._workers: list[WorkerRecord] = []
-        self._limits: dict[BucketKey, Limit] = {}
+        self._limits: Mapping[BucketKey, Limit] = {}
         self._queue_query: QueueQuery | None = None
         self._burst = BurstTracker()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._config_token: object = None
+        self._config_load = -1  # the engine's load of its configuration last taken
         self._shown_tenants: dict[str, tuple[str, ...]] = {}  # by who shows them
         self._followed: dict[str, None] = {}  # tenants that were among the deepest, newest last
         self.fill_labels: dict[str, str] = {}  # the fill series kept, by name: their labels
@@ -118,8 +117,9 @@ class Sampler(QObject):
         return list(self._providers)
 
     @property
-    def limits(self) -> dict[BucketKey, Limit]:
-        return dict(self._limits)
+    def limits(self) -> Mapping[BucketKey, Limit]:
+        """Every configured limit, as the engine applies it (read-only; not a copy)."""
+        return self._limits
 
     @property
     def simulation(self) -> SimulationStatus | None:
@@ -251,6 +251,8 @@ class Sampler(QObject):
         picked = snap.buckets if picks is None else _picked(picks)
         for level in picked:
             values[self._fill_series(level.key)] = level.fill * 100
+        for step, count in enumerate(picks.fills if picks is not None else ()):
+            values[f"fills:{step}"] = float(count)
         for level in snap.buckets:  # the plotted ones, read every time
             name = f"fill:{level.key}"
             if name in self.plotted_fills:
@@ -335,25 +337,30 @@ class Sampler(QObject):
     # -- configuration ---------------------------------------------------------------------
 
     async def _reload_if_changed(self) -> None:
-        """Read the configuration again only when its token moved (``Engine.config_token``):
-        10,000 tenants are not read every few seconds to find nothing new."""
-        token = await self._engine.config_token()
-        if token != self._config_token:
-            await self.reload_config()
+        """Take the configuration the engine applies (``Engine.applied_config``: loaded again
+        only when its token moved) and emit what changed: 100,000 tenants are neither read
+        again every few seconds to find nothing new nor held twice."""
+        await self.reload_config()
 
     async def reload_config(self) -> None:
-        """Read tenants, providers and limits now; emit the ones that changed."""
+        """Take tenants and limits from the engine and read the providers; emit the ones
+        that changed (tenants and limits: when the engine loaded its configuration again)."""
         engine = self._engine
-        self._config_token = await engine.config_token()
-        self._tenants = await engine.tenants()
+        applied = await engine.applied_config()
         self._providers = await engine.providers()
-        self._limits = _limits(self._tenants, self._providers, await engine.pair_limits())
-        if self._changed("tenants", self._tenants):
+        if applied.load != self._config_load:
+            self._config_load = applied.load
+            self._forget("tenants", "limits")
+            self._tenants = sorted(applied.tenants.values(), key=_by_name)
+            self._limits = applied.limits
+        if "tenants" not in self._last:
+            self._last["tenants"] = applied.load
             self.tenants_changed.emit(list(self._tenants))
         if self._changed("providers", self._providers):
             self.providers_changed.emit(list(self._providers))
-        if self._changed("limits", self._limits):
-            self.limits_changed.emit(dict(self._limits))
+        if "limits" not in self._last:
+            self._last["limits"] = applied.load
+            self.limits_changed.emit(self._limits)
 
     async def _reloaded(self, *names: str) -> None:
         """Read the configuration again and emit ``names`` whether they changed or not."""
@@ -416,14 +423,8 @@ class Sampler(QObject):
         await self.reload_store()
 
 
-def _limits(
-    tenants: Iterable[TenantRecord], providers: Iterable[ProviderRecord], pairs: Iterable[PairLimit]
-) -> dict[BucketKey, Limit]:
-    """Every configured limit by its bucket (``Engine.limits`` without reading the tenants
-    and providers a second time)."""
-    limits = {BucketKey.for_tenant(t.name): t.limit for t in tenants if t.limit is not None}
-    limits |= {BucketKey.for_provider(p.name): p.limit for p in providers if p.limit}
-    return limits | {BucketKey.for_pair(p.tenant, p.provider): p.limit for p in pairs}
+def _by_name(tenant: TenantRecord) -> str:
+    return tenant.name
 
 
 def _picked(picks: BucketPicks) -> list[BucketLevel]:

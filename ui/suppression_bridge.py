@@ -7,14 +7,14 @@ from collections.abc import Sequence
 from PySide6.QtCore import Signal
 
 from ui.command import command
-from ui.keys_bridge import KeyCommands
+from ui.tenant_pages import TenantPageCommands
 
 __all__ = ["SuppressionCommands"]
 
 SHOWN = 1000  # entries listed at once, newest first
 
 
-class SuppressionCommands(KeyCommands):
+class SuppressionCommands(TenantPageCommands):
     suppressions_loaded = Signal(str, object)  # tenant, list[SuppressionRecord] (masked)
     suppressions_changed = Signal(str)  # what a change did, one sentence
 

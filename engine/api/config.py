@@ -17,6 +17,8 @@ from engine.store import (
     PairLimit,
     ProviderRecord,
     TenantImport,
+    TenantPage,
+    TenantQuery,
     TenantRecord,
     TenantSpec,
     WorkerRecord,
@@ -143,15 +145,25 @@ class ConfigApi(EngineParts):
     async def tenants(self) -> list[TenantRecord]:
         return await self.store.config.tenants()
 
+    async def tenant_page(self, query: TenantQuery) -> TenantPage:
+        """One page of the tenants, filtered by name and sorted (``TenantQuery``), and how
+        many match: what a table of 100,000 tenants shows without reading them all."""
+        return await self.store.config.tenant_page(query)
+
     async def providers(self) -> list[ProviderRecord]:
         return await self.store.config.providers()
 
     async def workers(self) -> list[WorkerRecord]:
         since = self.clock.wall() - self.settings.worker_ttl_s
-        return await self.store.config.workers(alive_since=since)
+        return await self.store.workers.read(alive_since=since)
 
     async def pair_limits(self) -> list[PairLimit]:
         return await self.store.config.pair_limits()
+
+    async def pair_limits_of(self, tenant: str) -> list[PairLimit]:
+        """``tenant``'s limits on particular providers; raises ``NotFound`` for no tenant."""
+        record = await self.store.config.tenant(tenant)
+        return await self.store.config.pair_limits_of(record.id)
 
     async def limits(self) -> dict[BucketKey, Limit]:
         """Every configured limit by the bucket it sets: tenants, providers, pairs."""
@@ -164,7 +176,7 @@ class ConfigApi(EngineParts):
 
     async def audit_entries(self, *, limit: int = 100) -> list[AuditEntry]:
         """The newest audit entries, newest first."""
-        return await self.store.config.audit_log(limit=limit)
+        return await self.store.audit.entries(limit=limit)
 
     async def check_names(
         self, *, tenants: Sequence[str] = (), providers: Sequence[str] = ()

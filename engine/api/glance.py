@@ -5,11 +5,28 @@ few seconds to find out)."""
 
 from __future__ import annotations
 
-from engine.api.parts import EngineParts
-from engine.core.domain import NotificationState
-from engine.store import DeliveryEntry, NotificationView
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 
-__all__ = ["GlanceApi"]
+from engine.api.parts import EngineParts
+from engine.core.domain import BucketKey, Limit, NotificationState
+from engine.store import DeliveryEntry, NotificationView, TenantRecord
+
+__all__ = ["AppliedConfig", "GlanceApi"]
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedConfig:
+    """The configuration an engine applies: its tenants by id and every configured limit by
+    bucket (tenants', providers', pairs'), read-only views of what the engine holds, and
+    ``load``: which load of the configuration they are (it grows with each), so that a console
+    tells a change without comparing 400,000 limits."""
+
+    tenants: Mapping[int, TenantRecord]
+    limits: Mapping[BucketKey, Limit]
+    load: int
+
 
 QUEUED_FROM_TENANTS = 20  # queued notifications across tenants: of this many deepest tenants
 
@@ -41,6 +58,19 @@ class GlanceApi(EngineParts):
                 found += await self.store.glance.newest_in_state(one, limit)
         found.sort(key=lambda v: v.id, reverse=True)
         return found[:limit]
+
+    async def applied_config(self) -> AppliedConfig:
+        """The tenants and limits this engine applies, loaded from the store again first when
+        they changed (``config_token``): what a console in the same process shows, without a
+        second copy of 100,000 tenants and 400,000 limits read and kept beside the engine's.
+        Providers are not in it (``providers()``: their records without secrets)."""
+        await self._load_config()
+        directory = self.directory
+        return AppliedConfig(
+            MappingProxyType(directory.tenants),
+            MappingProxyType(directory.limits),
+            directory.loads,
+        )
 
     async def config_token(self) -> tuple[int, ...]:
         """A value that changes whenever tenants, providers or limits change (the newest audit

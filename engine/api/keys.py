@@ -45,7 +45,7 @@ class KeysApi(EngineParts):
             raise OmniPostError(checked.problem)
         report = await repo.walk(rewrite=True, progress=progress)
         detail = {t.table: t.rewritten for t in report.tables}
-        await self.store.config.audit(
+        await self.store.audit.write(
             self.actor, "keys.rotate", None, {"rewritten": detail}, now=self.clock.wall()
         )
         log.info("keys rotated: %d rows rewritten under the newest key", report.rewritten)

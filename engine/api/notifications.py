@@ -148,7 +148,7 @@ class NotificationsApi(EngineParts):
         now = self.clock.wall()
         view = await self.store.queue.cancel(tenant_id, notification_id, now=now)
         detail = {"id": notification_id}
-        await self.store.config.audit(self.actor, "notification.cancel", tenant_id, detail, now=now)
+        await self.store.audit.write(self.actor, "notification.cancel", tenant_id, detail, now=now)
         # The dispatcher's book may count the row as due: the look this asks for corrects it
         # (until then, a claim for it leases nothing and the key is looked at alone).
         self.dispatcher.wake()
@@ -176,7 +176,7 @@ class NotificationsApi(EngineParts):
                 }
                 if suppressed:
                     detail["suppressed"] = suppressed
-                await self.store.config.audit(self.actor, action, tenant_id, detail, now=now)
+                await self.store.audit.write(self.actor, action, tenant_id, detail, now=now)
             total += count
             suppressed_total += suppressed
         self.dispatcher.wake()

@@ -8,6 +8,7 @@ directory, dispatcher and clock.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import random
 import socket
@@ -73,6 +74,9 @@ class EngineParts:
         self._rng = rng
         self.worker_id, self.dispatcher = self._new_worker(self.settings.dispatch.concurrency)
         self._side: set[asyncio.Future[None]] = set()
+        # The configuration token the directory was last loaded at, and when (monotonic s).
+        self._config_token: tuple[int, ...] = ()
+        self._config_read_at = -math.inf
 
     def _new_worker(self, concurrency: int) -> tuple[str, Dispatcher]:
         """A new worker id and a dispatcher for it over the same store, limiter, directory and
@@ -109,8 +113,22 @@ class EngineParts:
 
     async def _applied(self) -> None:
         """After a configuration change: load it, and let waiting sends see the new limits."""
-        await self.directory.refresh()
+        await self._load_config(force=True)
         self.dispatcher.wake()
+
+    async def _load_config(self, *, force: bool = False, anyway_after_s: float = math.inf) -> bool:
+        """Load the configuration into the directory when its token moved (every change to
+        it is audited: a read of four aggregates, where loading it all takes seconds at
+        100,000 tenants), when ``force``d, or when the last load is ``anyway_after_s`` old;
+        True when it loaded. The token is read first: a change made during the load is seen
+        at the next call."""
+        token = await self.store.glance.config_token()
+        stale = self.clock.monotonic() - self._config_read_at >= anyway_after_s
+        if not (force or stale or token != self._config_token):
+            return False
+        await self.directory.refresh()
+        self._config_token, self._config_read_at = token, self.clock.monotonic()
+        return True
 
     def _keep(self, future: asyncio.Future[None]) -> None:
         """Hold a reference to ``future`` until it is done, so it is not collected mid-way."""

@@ -74,7 +74,7 @@ class PlanApi(EngineParts):
         tenants = await self.store.config.tenants()
         providers = await self.store.config.providers()
         pairs = await self.store.config.pair_limits()
-        live = await self.store.config.workers(alive_since=self.clock.wall() - 15.0)
+        live = await self.store.workers.read(alive_since=self.clock.wall() - 15.0)
         running = sum(w.concurrency for w in live if w.state in ("running", "paused"))
         samples = await self.store.stats.recent_sends(_SAMPLE)
         dispatch = self.settings.dispatch

@@ -75,7 +75,7 @@ class SuppressionApi(EngineParts):
         if queued:
             self.telemetry.count("suppressed", queued)
             detail = {"provider": provider, "suppressed": queued}
-            await self.store.config.audit(
+            await self.store.audit.write(
                 self.actor, "notification.suppress", tenant_id, detail, now=now
             )
             # The dispatcher's book may count those rows as due: the look this asks for

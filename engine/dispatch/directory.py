@@ -6,6 +6,7 @@ the CLI while a worker runs) reaches this one too.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,11 +17,13 @@ from engine.core.policy import send_keys
 from engine.dispatch.ports import ConfigSource
 from engine.limits.limiter import Limiter
 from engine.providers.base import Provider, ProviderConfig, ProviderFactory, batch_size
-from engine.store import PairLimit, ProviderRecord, TenantRecord
+from engine.store import ProviderRecord, TenantRecord
 
 __all__ = ["Directory", "Route"]
 
 log = logging.getLogger(__name__)
+
+_PART = 5_000  # limits handled between two turns of the event loop
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +51,7 @@ class Directory:
     limits: dict[BucketKey, Limit] = field(default_factory=dict)
     broken: dict[int, str] = field(default_factory=dict)  # provider id -> why it cannot be built
     limits_version: int = 0  # grows whenever a limit changes
+    loads: int = 0  # grows with every load of the configuration (``refresh``)
     # Per (tenant id, provider id): its route, or None when it has none; kept until a refresh.
     _routes: dict[tuple[int, int], Route | None] = field(default_factory=dict, repr=False)
     # Names to ids, of the dict (by identity) they were built from: tenant_id and
@@ -92,20 +96,34 @@ class Directory:
         """Reload everything; reconfigure the limiter and rebuild providers that changed."""
         tenants = await self.store.config.tenants()
         providers = await self.store.config.providers(with_secrets=True)
-        pairs = await self.store.config.pair_limits()
+        pairs = await self.store.config.pair_limit_keys()
         self.tenants = {t.id: t for t in tenants}
+        self.loads += 1
         try:
-            await self._apply_limits(_limits(tenants, providers, pairs))
+            await self._apply_limits(await _limits(tenants, providers, pairs))
             await self._rebuild(providers)
         finally:
             self._routes = {}
 
     async def _apply_limits(self, wanted: dict[BucketKey, Limit]) -> None:
-        """The limits that went or changed, to the limiter in one batch."""
-        changes: list[tuple[BucketKey, Limit | None]] = [
-            (key, None) for key in self.limits.keys() - wanted.keys()
-        ]
-        changes += [(k, limit) for k, limit in wanted.items() if self.limits.get(k) != limit]
+        """The limits that went or changed, to the limiter in one batch; the loop turns every
+        ``_PART`` limits compared (400,000 at 100,000 tenants)."""
+        had = self.limits
+        if not had:  # the first load: every limit is new
+            changes: list[tuple[BucketKey, Limit | None]] = list(wanted.items())
+        else:
+            changes = []
+            for index, (k, limit) in enumerate(wanted.items()):
+                old = had.get(k)
+                if old is not limit and old != limit:  # the same value read: the same Limit
+                    changes.append((k, limit))
+                if index % _PART == _PART - 1:
+                    await asyncio.sleep(0)
+            for index, k in enumerate(had):
+                if k not in wanted:
+                    changes.append((k, None))
+                if index % _PART == _PART - 1:
+                    await asyncio.sleep(0)
         if changes:
             await self.limiter.configure_many(changes)
         self.limits = wanted
@@ -148,16 +166,20 @@ class Directory:
         self.instances.clear()
 
 
-def _limits(
-    tenants: list[TenantRecord], providers: list[ProviderRecord], pairs: list[PairLimit]
+async def _limits(
+    tenants: list[TenantRecord],
+    providers: list[ProviderRecord],
+    pairs: list[tuple[BucketKey, Limit]],
 ) -> dict[BucketKey, Limit]:
+    """Every configured limit by its bucket, with a turn of the event loop every ``_PART``."""
     wanted: dict[BucketKey, Limit] = {}
-    for t in tenants:
+    for index, t in enumerate(tenants):
         if t.limit is not None:
             wanted[BucketKey.for_tenant(t.name)] = t.limit
+        if index % _PART == _PART - 1:
+            await asyncio.sleep(0)
     for p in providers:
         if p.limit is not None:
             wanted[BucketKey.for_provider(p.name)] = p.limit
-    for pair in pairs:
-        wanted[BucketKey.for_pair(pair.tenant, pair.provider)] = pair.limit
+    wanted.update(pairs)
     return wanted

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from engine.core.domain import BucketKey, Limit
 from engine.core.health import Health
 from engine.store.health import Transition
 from engine.store.records import (
@@ -76,6 +77,8 @@ class SendConfig(Protocol):
     async def providers(self, *, with_secrets: bool = False) -> list[ProviderRecord]: ...
 
     async def pair_limits(self) -> list[PairLimit]: ...
+
+    async def pair_limit_keys(self) -> list[tuple[BucketKey, Limit]]: ...
 
 
 class ConfigSource(Protocol):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from engine.core.domain import check_limit
+from engine.core.domain import Limit, check_limit
 
 __all__ = ["EPSILON", "TokenBucket", "whole"]
 
@@ -51,6 +51,18 @@ class TokenBucket:
         self._burst = float(burst)
         self._tokens = self._burst
         self._stamp = float(now)  # the latest time seen; tokens are as of then
+
+    @classmethod
+    def full(cls, limit: Limit, now: float) -> TokenBucket:
+        """A full bucket of ``limit`` (checked when it was made) at ``now``: 400,000 made at
+        an engine's start without checking each limit again."""
+        if not math.isfinite(now):
+            raise ValueError(f"now must be a finite time in seconds, not {now!r}.")
+        bucket = cls.__new__(cls)
+        bucket._rate_per_s = float(limit.rate_per_s)
+        bucket._burst = bucket._tokens = float(limit.burst)
+        bucket._stamp = float(now)
+        return bucket
 
     @property
     def rate_per_s(self) -> float:

@@ -7,6 +7,7 @@ call (a batch, ``reserve_many`` and the like, is one call: all of it at one inst
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -16,7 +17,23 @@ from engine.core.domain import BucketKey, BucketLevel, Limit
 from engine.limits.bucket import TokenBucket
 from engine.limits.limiter import Reservation
 
+_PART = 5_000  # limits configured between two turns of the event loop
+
 __all__ = ["LocalLimiter"]
+
+
+def _put(
+    buckets: dict[BucketKey, TokenBucket], now: float, key: BucketKey, limit: Limit | None
+) -> None:
+    """Remove (None), change live (level kept, clamped to the new burst) or add (full)."""
+    bucket = buckets.get(key)
+    if limit is None:
+        buckets.pop(key, None)
+    elif bucket is None:
+        buckets[key] = TokenBucket.full(limit, now)
+    else:
+        bucket.reconfigure(now, limit.rate_per_s, limit.burst)
+
 
 # Per tuple of keys: the keys without repeats, their configured buckets, the full grants, and
 # the tuples of buckets that held a grant short, by which of them (a bit per bucket; negative
@@ -60,7 +77,7 @@ class LocalLimiter:
         if limit is None:
             self._buckets.pop(key, None)
         elif bucket is None:
-            self._buckets[key] = TokenBucket(limit.rate_per_s, limit.burst, now)
+            self._buckets[key] = TokenBucket.full(limit, now)
         else:
             bucket.reconfigure(now, limit.rate_per_s, limit.burst)
 
@@ -220,9 +237,16 @@ class LocalLimiter:
         self.configure_at(self._clock.monotonic(), key, limit)
 
     async def configure_many(self, limits: Sequence[tuple[BucketKey, Limit | None]]) -> None:
-        now = self._clock.monotonic()
-        for key, limit in limits:
-            self.configure_at(now, key, limit)
+        """Each at the clock's time when its part began: ``_PART`` at a time, with a turn of
+        the event loop between parts (400,000 limits at an engine's start)."""
+        buckets = self._buckets
+        for start in range(0, len(limits), _PART):
+            if start:
+                await asyncio.sleep(0)
+            now = self._clock.monotonic()
+            self._plans.clear()  # as ``configure_at`` does, once a part
+            for key, limit in limits[start : start + _PART]:
+                _put(buckets, now, key, limit)
 
     async def reserve(self, keys: Sequence[BucketKey], n: int) -> Reservation:
         return self.reserve_at(self._clock.monotonic(), keys, n)

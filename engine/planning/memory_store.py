@@ -15,7 +15,7 @@ import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from engine.core.domain import NotificationState, Outcome
+from engine.core.domain import BucketKey, Limit, NotificationState, Outcome
 from engine.core.health import Health, closed
 from engine.store.health import Transition
 from engine.store.reads import DUE_CAP
@@ -365,6 +365,9 @@ class MemoryConfig:
 
     async def pair_limits(self) -> list[PairLimit]:
         return list(self.pair_list)
+
+    async def pair_limit_keys(self) -> list[tuple[BucketKey, Limit]]:
+        return [(BucketKey.for_pair(p.tenant, p.provider), p.limit) for p in self.pair_list]
 
 
 class PlanStore:

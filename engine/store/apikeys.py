@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.core.errors import Conflict, NotFound
-from engine.store.config import write_audit
+from engine.store.audit import write_audit
 from engine.store.database import Database
 from engine.store.records import ApiKeyRecord
 from engine.store.schema import api_keys, tenants

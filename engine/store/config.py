@@ -2,27 +2,53 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.core.crypto import SecretBox
-from engine.core.domain import UNSET, Limit, Unset, validate_name
-from engine.core.errors import Conflict, NotFound
+from engine.core.domain import UNSET, BucketKey, Limit, Unset, validate_name
+from engine.core.errors import ConfigError, Conflict, NotFound
+from engine.store.audit import write_audit
 from engine.store.database import Database
-from engine.store.records import AuditEntry, PairLimit, ProviderRecord, TenantRecord, WorkerRecord
-from engine.store.schema import audit_log, providers, rate_limits, tenants, workers
+from engine.store.records import (
+    TENANT_SORTS,
+    PairLimit,
+    ProviderRecord,
+    TenantPage,
+    TenantQuery,
+    TenantRecord,
+)
+from engine.store.schema import providers, rate_limits, tenants
 from engine.store.tenant_bulk import TenantImport, TenantSpec, check_tenant_specs, write_tenants
 
-__all__ = ["ConfigRepo"]
+__all__ = ["READ_PART", "ConfigRepo"]
+
+T = TypeVar("T")
+READ_PART = 5_000  # rows made into records between two turns of the event loop
 
 
 def _limit(rate: float | None, burst: float | None) -> Limit | None:
     return None if rate is None or burst is None else _limit_of(rate, burst)
+
+
+async def _in_parts(
+    conn: AsyncConnection, query: sa.Select[Any], make: Callable[[Sequence[Any]], T]
+) -> list[T]:
+    """``make`` of every row of ``query``, ``READ_PART`` rows at a time with a turn of the
+    event loop between parts: 400,000 limits are read without stalling the loop for a second
+    (the driver fetches each part; the records are made here)."""
+    found: list[T] = []
+    result = await conn.stream(query)
+    async for part in result.partitions(READ_PART):
+        found += map(make, part)
+        await asyncio.sleep(0)
+    return found
 
 
 @functools.lru_cache(maxsize=1024)
@@ -117,8 +143,33 @@ class ConfigRepo:
 
     async def tenants(self) -> list[TenantRecord]:
         async def tx(conn: AsyncConnection) -> list[TenantRecord]:
-            rows = await conn.execute(sa.select(tenants).order_by(tenants.c.name))
-            return [_tenant(r) for r in rows]
+            return await _in_parts(conn, sa.select(tenants).order_by(tenants.c.name), _tenant)
+
+        return await self._db.read(tx)
+
+    async def tenant_page(self, query: TenantQuery) -> TenantPage:
+        """One page of the tenants (``TenantQuery``) and how many match: a count and one
+        ordered, offset read in the database, whatever the number of tenants."""
+        if query.sort not in TENANT_SORTS:
+            sorts = ", ".join(TENANT_SORTS)
+            raise ConfigError(f"tenants sort by one of {sorts}, not {query.sort!r}.")
+        where = tenants.c.name.icontains(query.match, autoescape=True) if query.match else None
+        column = _TENANT_COLUMNS[query.sort]
+        order: list[Any] = []
+        if query.sort in ("rate", "burst"):  # unlimited (NULL) is above every number
+            order.append(column.is_(None).desc() if query.descending else column.is_(None))
+        order.append(column.desc() if query.descending else column.asc())
+        if query.sort != "name":
+            order.append(tenants.c.name)
+
+        async def tx(conn: AsyncConnection) -> TenantPage:
+            counted = sa.select(sa.func.count()).select_from(tenants)
+            page = sa.select(tenants).order_by(*order).offset(max(0, query.offset))
+            if where is not None:
+                counted, page = counted.where(where), page.where(where)
+            total = (await conn.execute(counted)).scalar_one()
+            rows = await conn.execute(page.limit(max(0, query.limit)))
+            return TenantPage(tuple(map(_tenant, rows)), int(total), query)
 
         return await self._db.read(tx)
 
@@ -276,17 +327,36 @@ class ConfigRepo:
     async def pair_limits(self) -> list[PairLimit]:
         return await self._pair_limits(None)
 
+    async def pair_limit_keys(self) -> list[tuple[BucketKey, Limit]]:
+        """Every pair limit by its bucket, in no order: what an engine loads (400,000 of
+        them at 100,000 tenants: no sort in the database, no record per row)."""
+
+        async def tx(conn: AsyncConnection) -> list[tuple[BucketKey, Limit]]:
+            query = (
+                sa.select(
+                    tenants.c.name, providers.c.name, rate_limits.c.rate_per_s, rate_limits.c.burst
+                )
+                .join(tenants, tenants.c.id == rate_limits.c.tenant_id)
+                .join(providers, providers.c.id == rate_limits.c.provider_id)
+            )
+            return await _in_parts(conn, query, _pair_key)
+
+        return await self._db.read(tx)
+
     async def pair_limits_of(self, tenant_id: int) -> list[PairLimit]:
         """The limits of one tenant with particular providers."""
         return await self._pair_limits(tenant_id)
 
     async def _pair_limits(self, tenant_id: int | None) -> list[PairLimit]:
         async def tx(conn: AsyncConnection) -> list[PairLimit]:
-            query = (
+            query = (  # the columns of a PairLimit, in order: made by position
                 sa.select(
-                    rate_limits,
-                    tenants.c.name.label("tenant_name"),
-                    providers.c.name.label("provider_name"),
+                    rate_limits.c.tenant_id,
+                    rate_limits.c.provider_id,
+                    tenants.c.name,
+                    providers.c.name,
+                    rate_limits.c.rate_per_s,
+                    rate_limits.c.burst,
                 )
                 .join(tenants, tenants.c.id == rate_limits.c.tenant_id)
                 .join(providers, providers.c.id == rate_limits.c.provider_id)
@@ -294,80 +364,7 @@ class ConfigRepo:
             )
             if tenant_id is not None:
                 query = query.where(rate_limits.c.tenant_id == tenant_id)
-            return [
-                PairLimit(
-                    r.tenant_id,
-                    r.provider_id,
-                    r.tenant_name,
-                    r.provider_name,
-                    Limit(r.rate_per_s, r.burst),
-                )
-                for r in await conn.execute(query)
-            ]
-
-        return await self._db.read(tx)
-
-    # -- workers ----------------------------------------------------------------------------
-
-    async def heartbeat(self, worker: WorkerRecord) -> None:
-        async def tx(conn: AsyncConnection) -> None:
-            values = {
-                "heartbeat_at": worker.heartbeat_at,
-                "state": worker.state,
-                "concurrency": worker.concurrency,
-                "delivered": worker.delivered,
-            }
-            result = await conn.execute(
-                workers.update().where(workers.c.id == worker.id).values(values)
-            )
-            if result.rowcount == 0:
-                await conn.execute(
-                    workers.insert().values(
-                        id=worker.id,
-                        host=worker.host,
-                        pid=worker.pid,
-                        started_at=worker.started_at,
-                        **values,
-                    )
-                )
-
-        await self._db.write(tx)
-
-    async def workers(self, *, alive_since: float | None = None) -> list[WorkerRecord]:
-        async def tx(conn: AsyncConnection) -> list[WorkerRecord]:
-            query = sa.select(workers).order_by(workers.c.started_at)
-            if alive_since is not None:
-                query = query.where(
-                    (workers.c.heartbeat_at >= alive_since) & (workers.c.state != "stopped")
-                )
-            return [WorkerRecord(**r._mapping) for r in await conn.execute(query)]
-
-        return await self._db.read(tx)
-
-    async def forget_workers(self, *, before: float) -> int:
-        async def tx(conn: AsyncConnection) -> int:
-            result = await conn.execute(workers.delete().where(workers.c.heartbeat_at < before))
-            return int(result.rowcount)
-
-        return await self._db.write(tx)
-
-    # -- audit ------------------------------------------------------------------------------
-
-    async def audit(
-        self, actor: str, action: str, tenant_id: int | None, detail: dict[str, Any], *, now: float
-    ) -> None:
-        async def tx(conn: AsyncConnection) -> None:
-            await write_audit(conn, now, actor, action, tenant_id, detail)
-
-        await self._db.write(tx)
-
-    async def audit_log(self, *, limit: int = 100) -> list[AuditEntry]:
-        async def tx(conn: AsyncConnection) -> list[AuditEntry]:
-            query = sa.select(audit_log).order_by(audit_log.c.id.desc()).limit(limit)
-            return [
-                AuditEntry(r.id, r.ts, r.actor, r.action, r.tenant_id, json.loads(r.detail))
-                for r in await conn.execute(query)
-            ]
+            return await _in_parts(conn, query, _pair_limit)
 
         return await self._db.read(tx)
 
@@ -388,15 +385,30 @@ def _merge(current: dict[str, str], changes: Mapping[str, str]) -> dict[str, str
     return merged
 
 
-def _tenant(row: sa.Row[Any]) -> TenantRecord:
-    return TenantRecord(
-        row.id,
-        row.name,
-        _limit(row.rate_per_s, row.burst),
-        bool(row.enabled),
-        _limit(row.api_rate_per_s, row.api_burst),
-        row.max_queued,
-    )
+def _tenant(row: Sequence[Any]) -> TenantRecord:
+    """A row of ``sa.select(tenants)``, by position (100,000 at a worker's start)."""
+    tenant_id, name, rate, burst, enabled, _created, api_rate, api_burst, max_queued = row
+    limit = None if rate is None or burst is None else _limit_of(rate, burst)
+    api_limit = None if api_rate is None or api_burst is None else _limit_of(api_rate, api_burst)
+    return TenantRecord(tenant_id, name, limit, bool(enabled), api_limit, max_queued)
+
+
+_TENANT_COLUMNS: dict[str, sa.Column[Any]] = {
+    "name": tenants.c.name,
+    "rate": tenants.c.rate_per_s,
+    "burst": tenants.c.burst,
+    "enabled": tenants.c.enabled,
+}
+
+
+def _pair_key(row: Sequence[Any]) -> tuple[BucketKey, Limit]:
+    tenant, provider, rate, burst = row
+    return BucketKey.for_pair(tenant, provider), _limit_of(rate, burst)
+
+
+def _pair_limit(row: Sequence[Any]) -> PairLimit:
+    tenant_id, provider_id, tenant, provider, rate, burst = row
+    return PairLimit(tenant_id, provider_id, tenant, provider, _limit_of(rate, burst))
 
 
 async def _tenant_row(conn: AsyncConnection, name: str) -> sa.Row[Any] | None:
@@ -405,29 +417,3 @@ async def _tenant_row(conn: AsyncConnection, name: str) -> sa.Row[Any] | None:
 
 async def _provider_row(conn: AsyncConnection, name: str) -> sa.Row[Any] | None:
     return (await conn.execute(sa.select(providers).where(providers.c.name == name))).first()
-
-
-def _json_default(value: object) -> object:
-    if isinstance(value, Limit):
-        return {"rate_per_s": value.rate_per_s, "burst": value.burst}
-    return str(value)
-
-
-async def write_audit(
-    conn: AsyncConnection,
-    now: float,
-    actor: str,
-    action: str,
-    tenant_id: int | None,
-    detail: dict[str, Any],
-) -> None:
-    """One audit-log row, written in the caller's transaction (with the change it records)."""
-    await conn.execute(
-        audit_log.insert().values(
-            ts=now,
-            actor=actor[:100],
-            action=action,
-            tenant_id=tenant_id,
-            detail=json.dumps(detail, default=_json_default, sort_keys=True),
-        )
-    )

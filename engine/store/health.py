@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.core.errors import NotFound
 from engine.core.health import CircuitState, Health, ProviderHealth, closed
-from engine.store.config import write_audit
+from engine.store.audit import write_audit
 from engine.store.database import Database
 from engine.store.schema import provider_health, providers
 

@@ -6,6 +6,7 @@ reads one bounded range of an index per tenant or key, however many rows the sto
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 from collections.abc import Sequence
@@ -92,7 +93,12 @@ class QueueReads:
         query = _QUEUED_COUNTS if share is None else _queued_counts_of(share)
 
         async def tx(conn: AsyncConnection) -> dict[tuple[int, int], int]:
-            return {(r[0], r[1]): int(r[2]) for r in await conn.execute(query)}
+            found: dict[tuple[int, int], int] = {}
+            result = await conn.stream(query)
+            async for part in result.partitions(_COUNTS_PART):  # the loop turns between parts
+                found.update(((t, p), int(n)) for t, p, n in part)
+                await asyncio.sleep(0)
+            return found
 
         return await self._db.read(tx)
 
@@ -313,6 +319,7 @@ class QueueReads:
         return await self._db.read(tx)
 
 
+_COUNTS_PART = 5_000  # kept counts made into entries between two turns of the event loop
 _QUEUED_COUNTS = (
     sa.select(queue_counts.c.tenant_id, queue_counts.c.provider_id, sa.func.sum(queue_counts.c.n))
     .where(queue_counts.c.state == _QUEUED)

@@ -32,6 +32,8 @@ __all__ = [
     "Share",
     "StoreSize",
     "SuppressionRecord",
+    "TenantPage",
+    "TenantQuery",
     "TenantRecord",
     "WorkerRecord",
     "share_index",
@@ -49,6 +51,31 @@ class TenantRecord:
     enabled: bool
     api_limit: Limit | None = None
     max_queued: int | None = None
+
+
+TENANT_SORTS = ("name", "rate", "burst", "enabled")
+
+
+@dataclass(frozen=True, slots=True)
+class TenantQuery:
+    """One page of the tenants: those whose name contains ``match`` (case ignored), ordered
+    by ``sort`` (one of ``TENANT_SORTS``; an unlimited rate or burst after every number, then
+    by name), ``limit`` of them from ``offset``."""
+
+    match: str = ""
+    sort: str = "name"
+    descending: bool = False
+    offset: int = 0
+    limit: int = 200
+
+
+@dataclass(frozen=True, slots=True)
+class TenantPage:
+    """The tenants a ``TenantQuery`` asked for, and how many match it in all."""
+
+    tenants: tuple[TenantRecord, ...]
+    total: int
+    query: TenantQuery
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from engine.core.crypto import SecretBox
 from engine.core.errors import StoreError
 from engine.store.apikeys import ApiKeyRepo
+from engine.store.audit import AuditRepo
 from engine.store.config import ConfigRepo
 from engine.store.database import Database, masked_url, normalize_url
 from engine.store.glance import GlanceReads
@@ -25,6 +26,7 @@ from engine.store.requests import RequestRepo
 from engine.store.rotation import RotationRepo
 from engine.store.stats import StatsRepo
 from engine.store.suppressions import SuppressionRepo
+from engine.store.workers import WorkersRepo
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -53,6 +55,8 @@ class Store:
     def __init__(self, url: str, box: SecretBox, *, pool_size: int = 10) -> None:
         self._db = Database(normalize_url(url), pool_size=pool_size)
         self.config = ConfigRepo(self._db, box)
+        self.workers = WorkersRepo(self._db)
+        self.audit = AuditRepo(self._db)
         self.queue = QueueRepo(self._db, box)
         self.stats = StatsRepo(self._db)
         self.health = HealthRepo(self._db)

@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from engine.core.crypto import SecretBox, mask
 from engine.core.domain import NotificationState, recipient_key
 from engine.core.errors import NotFound, SecretUnreadable
-from engine.store.config import write_audit
+from engine.store.audit import write_audit
 from engine.store.database import Database
 from engine.store.records import Completion, SuppressionRecord
 from engine.store.schema import notifications, providers, suppressions, tenants

@@ -66,12 +66,15 @@ class Activity:
                 return
             yield entry.last, entry.keys
 
-    def rates(self, now: float) -> dict[BucketKey, float]:
-        """Sends per second lately of every bucket of the pairs kept (a tenant's and a
+    def rates(self, now: float, recent: int | None = None) -> dict[BucketKey, float]:
+        """Sends per second lately of every bucket of the pairs kept (of the ``recent`` that
+        sent last, when given: a pair that sends often sent lately; a tenant's and a
         provider's sum their pairs'), as the decayed counts stand at ``now``."""
         found: dict[BucketKey, float] = {}
         tau = self.tau_s
-        for entry in self._pairs.values():
+        for index, entry in enumerate(reversed(self._pairs.values())):
+            if recent is not None and index >= recent:
+                break
             rate = entry.count * math.exp(min(0.0, entry.last - now) / tau) / tau
             for key in entry.keys:
                 found[key] = found.get(key, 0.0) + rate

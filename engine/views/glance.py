@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine.core.domain import BucketKey, BucketLevel, Limit, NotificationState
 from engine.limits.limiter import Limiter
@@ -31,9 +31,11 @@ from engine.views.activity import Activity
 from engine.views.glance_model import BucketPick, BucketPicks, QueueTotals, SnapshotView
 from engine.views.telemetry import TenantDepth, tenant_depths
 
-__all__ = ["Glance", "GlanceRead", "candidates", "levels_of", "pick_buckets"]
+__all__ = ["Glance", "GlanceRead", "candidates", "fill_counts", "levels_of", "pick_buckets"]
 
 RECENT_PAIRS = 192  # pairs that sent last whose buckets are read for the emptiest
+RATED_PAIRS = 512  # pairs that sent last whose rates are summed for the busiest
+FILL_PART = 512  # levels read between two turns of the loop for the distribution of fills
 FULL = 0.999  # a bucket at least this full is not "emptiest"
 
 
@@ -149,7 +151,8 @@ class Glance:
         deepest = tuple(ranked[: view.deepest])  # the overview's, and named ones read now
 
         await asyncio.sleep(0)  # the loop's other work between the steps below (a few ms each)
-        rates = activity.rates(now)  # unconfigured keys too: only the busiest are checked
+        # Unconfigured keys too: only the busiest are checked, among the pairs that sent last.
+        rates = activity.rates(now, RATED_PAIRS)
         busiest = _busiest(rates, limits, view.busiest)
         matched, matching_total = self._matching(limits, view.match, view.matched)
         own = [BucketKey.for_tenant(name) for name in view.tenants]
@@ -161,6 +164,10 @@ class Glance:
         levels = await levels_of(limiter, wanted)
         await asyncio.sleep(0)
         picks = pick_buckets(levels, rates, view, matched, matching_total, len(limits))
+        if view.fill_bins:
+            spread = candidates(activity, limits, now, activity.capacity)
+            fills = await _fills(limiter, spread, view.fill_bins, len(limits))
+            picks = replace(picks, fills=fills, fills_read=len(spread))
         self._low = tuple(p.level.key for p in picks.emptiest)
         shown = {p.level.key for p in (*picks.emptiest, *picks.busiest, *picks.matching)}
         shown |= set(own)
@@ -212,6 +219,33 @@ class Glance:
             found = [key for name, key in self._index if text in name]
             self._matches = (text, found, len(found))
         return self._matches[1][:cap], self._matches[2]
+
+
+async def _fills(
+    limiter: Limiter, keys: Collection[BucketKey], bins: int, configured: int
+) -> tuple[int, ...]:
+    """``fill_counts`` of the levels of ``keys``, read ``FILL_PART`` at a time with a turn
+    of the event loop between parts (thousands of keys at a console's every sample)."""
+    counts = [0] * bins
+    ordered = list(keys)
+    for start in range(0, len(ordered), FILL_PART):
+        await asyncio.sleep(0)
+        part = await levels_of(limiter, ordered[start : start + FILL_PART])
+        counts = [a + b for a, b in zip(counts, fill_counts(part, bins, 0), strict=True)]
+    counts[-1] += max(0, configured - len(ordered))
+    return tuple(counts)
+
+
+def fill_counts(levels: Sequence[BucketLevel], bins: int, configured: int) -> tuple[int, ...]:
+    """How many of ``configured`` buckets are at each of ``bins`` equal steps of fill,
+    emptiest first: ``levels`` in the step of their fill (a blocked one in the first), the
+    buckets not among them full (in the last)."""
+    counts = [0] * bins
+    for level in levels:
+        fill = 0.0 if level.blocked_for_s > 0 else min(1.0, max(0.0, level.fill))
+        counts[min(bins - 1, int(fill * bins))] += 1
+    counts[-1] += max(0, configured - len(levels))
+    return tuple(counts)
 
 
 def _busiest(

@@ -35,6 +35,7 @@ class SnapshotView:
     buckets: tuple[BucketKey, ...] = ()
     deepest: int = 8
     totals_every_s: float = 5.0
+    fill_bins: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +53,11 @@ class BucketPicks:
     ``busiest``: the most sends per second lately, busiest first; ``matching``: those whose
     name matches ``SnapshotView.match`` (emptiest first), ``matching_total`` of them in all
     (with no ``match``: every bucket, when at most ``SnapshotView.matched`` are configured);
-    ``configured``: buckets with a limit, in all."""
+    ``configured``: buckets with a limit, in all; ``fills``: with ``SnapshotView.fill_bins``,
+    how many configured buckets are at each step of fill, emptiest step first (a bucket at
+    fill f in step ``min(bins - 1, floor(f * bins))``, a blocked one in the first): the levels
+    read are those of the pairs the activity record keeps that sent within burst / rate
+    seconds, every other bucket is full (``fills_read``: how many were read)."""
 
     emptiest: tuple[BucketPick, ...] = ()
     busiest: tuple[BucketPick, ...] = ()
@@ -60,6 +65,8 @@ class BucketPicks:
     matching_total: int = 0
     configured: int = 0
     match: str = ""
+    fills: tuple[int, ...] = ()
+    fills_read: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ __all__ = [
 ]
 
 _RATE_SPAN_S = 5
+ACTIVITY_PAIRS = 2048  # pairs the activity record keeps (each read is bounded by this)
 # Upper bounds of the cumulative histograms: a provider call (5 ms to 30 s; the send timeout
 # is 60 s by default, so a call cut short lands above the last), and enqueue to delivery (50 ms
 # to an hour: a backlog drained at its rate takes minutes).
@@ -181,7 +182,9 @@ class Telemetry:
         self._deliveries: dict[str, _Buckets] = {}
         self.loop_lag_s = 0.0
         self.loop_stall_max_s = 0.0  # the longest the loop was late since the engine was made
-        self.activity = Activity()  # the pairs that sent last: what a view's snapshot reads
+        # The pairs that sent last: what a view's snapshot reads (a console's distribution of
+        # fills reads those that sent within burst / rate s: at 1,000/s, about a second's).
+        self.activity = Activity(ACTIVITY_PAIRS)
 
     def record(
         self,

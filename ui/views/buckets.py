@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QFrame, QLineEdit, QScrollArea, QVBoxLayout, QWidg
 from engine import Snapshot
 from ui.bridge import Bridge
 from ui.gauges import BucketGauges, GaugeGroup, scope_order
+from ui.views.fills import FILL_BINS
 
 __all__ = ["MAX_GAUGES", "BucketPanel", "bucket_groups"]
 
@@ -64,7 +65,13 @@ class BucketPanel(QWidget):
         super().__init__(parent)
         self.bridge = bridge
         bridge.set_view(
-            replace(bridge.view, emptiest=EMPTIEST, busiest=BUSIEST, matched=MAX_GAUGES)
+            replace(
+                bridge.view,
+                emptiest=EMPTIEST,
+                busiest=BUSIEST,
+                matched=MAX_GAUGES,
+                fill_bins=FILL_BINS,  # the dashboard's map of every bucket's fill
+            )
         )
         self.filter = QLineEdit()
         self.filter.setPlaceholderText("Filter buckets by name: a tenant, a provider…")

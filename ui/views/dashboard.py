@@ -9,7 +9,6 @@ catches up when shown.
 from __future__ import annotations
 
 import functools
-import math
 import time
 from collections.abc import Callable
 
@@ -19,7 +18,6 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QColor, QFont, QShowEvent
 from PySide6.QtWidgets import (
     QFrame,
-    QGraphicsItem,
     QGridLayout,
     QHBoxLayout,
     QHeaderView,
@@ -27,6 +25,7 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSizePolicy,
     QSplitter,
+    QStackedWidget,
     QTableView,
     QVBoxLayout,
     QWidget,
@@ -37,9 +36,11 @@ from ui.bridge import Bridge
 from ui.fmt import fmt_bucket, fmt_count, fmt_duration, fmt_latency
 from ui.history import Array
 from ui.models import DepthModel
-from ui.plotmath import moving_mean, nice, peak
+from ui.plotmath import moving_mean, peak
 from ui.theme import LIGHT, Theme
 from ui.views.buckets import BucketPanel
+from ui.views.fills import FILL_MAP_FROM, FillMap
+from ui.views.plots import Plot
 
 __all__ = ["Dashboard", "Stat"]
 
@@ -89,86 +90,6 @@ class Stat(QFrame):
         style = f"color: {colour};" if alarm else ""
         if style != self.value.styleSheet():
             self.value.setStyleSheet(style)
-
-
-class _Plot:
-    """One plot with named curves created on first use."""
-
-    def __init__(self, title: str, unit: str, legend: bool, fixed_max: float | None = None):
-        self.widget = pg.PlotWidget()
-        self.widget.setMenuEnabled(False)
-        self.widget.setMinimumHeight(150)
-        self.item = self.widget.getPlotItem()
-        self.item.setTitle(title)
-        self.item.showGrid(x=True, y=True, alpha=0.2)
-        self.item.setLabel("left", unit)
-        self.item.setLabel("bottom", "seconds ago")
-        self.item.setClipToView(True)
-        self.item.setDownsampling(auto=True, mode="peak")
-        self.item.setMouseEnabled(x=False, y=False)
-        self.item.hideButtons()
-        for side in ("left", "bottom"):  # drawn again only when their range moves a step
-            cache = QGraphicsItem.CacheMode.DeviceCoordinateCache
-            self.item.getAxis(side).setCacheMode(cache)
-        self.legend = self.item.addLegend(offset=(8, 4)) if legend else None
-        if self.legend is not None:
-            self.legend.setColumnCount(3)
-        self.smooth = 1  # plot a moving mean over this many samples
-        self.fixed_max = fixed_max
-        self.curves: dict[str, pg.PlotDataItem] = {}
-        self.note: pg.TextItem | None = None
-        self.range: tuple[float, float] = (0.0, 0.0)
-
-    def say(self, text: str) -> None:
-        """A sentence in the middle of the plot, for when there is nothing to draw."""
-        if self.note is None:
-            self.note = pg.TextItem(anchor=(0.5, 0.5))
-            self.item.addItem(self.note, ignoreBounds=True)
-        self.note.setText(text)
-        self.note.setVisible(bool(text))
-        view = self.item.getViewBox().viewRange()
-        self.note.setPos(sum(view[0]) / 2, sum(view[1]) / 2)
-
-    def curve(self, name: str, label: str, colour: QColor, width: float = 2.0) -> pg.PlotDataItem:
-        curve = self.curves.get(name)
-        if curve is None:
-            curve = self.item.plot(name=label, pen=pg.mkPen(colour, width=width))
-            self.curves[name] = curve
-        return curve
-
-    def drop(self, name: str) -> None:
-        curve = self.curves.pop(name, None)
-        if curve is not None:
-            self.item.removeItem(curve)
-            if self.legend is not None:
-                self.legend.removeItem(curve)
-
-    def fit(self, x: Array, highest: float, span_s: float) -> None:
-        """Ranges move in steps (a 1-2-5 top, a left edge in whole 10 s): the axes, which
-        are costly to redraw, change only when a step is crossed."""
-        top = self.fixed_max * 1.04 if self.fixed_max is not None else nice(highest * 1.1)
-        left = -span_s if x.size == 0 else max(-span_s, min(-10.0, float(x[0])))
-        left = math.floor(left / 10) * 10
-        if (top, left) != self.range:
-            self.range = (top, left)
-            self.item.setRange(xRange=(left, 0), yRange=(0, top), padding=0)
-
-    def theme(self, theme: Theme) -> None:
-        self.widget.setBackground(theme.background)
-        for axis in ("left", "bottom"):
-            ax = self.item.getAxis(axis)
-            ax.setPen(pg.mkPen(theme.grid))
-            ax.setTextPen(pg.mkPen(theme.muted))
-        self.item.titleLabel.setText(self.item.titleLabel.text, color=theme.text)
-        if self.legend is not None:
-            backdrop = QColor(theme.background)
-            backdrop.setAlpha(235)  # a box over the oldest data, not a veil over it
-            self.legend.setBrush(pg.mkBrush(backdrop))
-            self.legend.setLabelTextColor(theme.text)
-            for _sample, label in self.legend.items:
-                label.setText(label.text, color=theme.text)  # re-rendered in the new colour
-        if self.note is not None:
-            self.note.setColor(theme.muted)
 
 
 class Dashboard(QWidget):
@@ -228,17 +149,22 @@ class Dashboard(QWidget):
         left_layout.addWidget(self.queues_heading)
         left_layout.addWidget(self.depth_table, 2)
 
-        self.fill_plot = _Plot("Fill of the emptiest buckets", "%", legend=True, fixed_max=100)
+        self.fill_plot = Plot("Fill of the emptiest buckets", "%", legend=True, fixed_max=100)
         if self.fill_plot.legend is not None:
             self.fill_plot.legend.setColumnCount(2)  # bucket names are long
-        self.depth_plot = _Plot("Queued: the deepest tenants", "notifications", legend=True)
-        self.rate_plot = _Plot("Outcomes per second", "per s", legend=True)
-        self.latency_plot = _Plot("Enqueue → delivery latency", "ms", legend=True)
+        self.depth_plot = Plot("Queued: the deepest tenants", "notifications", legend=True)
+        self.rate_plot = Plot("Outcomes per second", "per s", legend=True)
+        self.latency_plot = Plot("Enqueue → delivery latency", "ms", legend=True)
+        self.fill_map = FillMap()  # instead of the fill plot, past FILL_MAP_FROM buckets
+        self.fill_map.picked.connect(self.buckets.filter.setText)
+        self.fill_stack = QStackedWidget()
+        self.fill_stack.addWidget(self.fill_plot.widget)
+        self.fill_stack.addWidget(self.fill_map)
         plots = QWidget()
         grid = QGridLayout(plots)
         grid.setContentsMargins(0, 0, 0, 0)
         for i, plot in enumerate(self.plots):
-            grid.addWidget(plot.widget, i // 2, i % 2)
+            grid.addWidget(self.fill_stack if i == 0 else plot.widget, i // 2, i % 2)
 
         splitter = QSplitter(Qt.Orientation.Horizontal)
         splitter.addWidget(left)
@@ -251,13 +177,14 @@ class Dashboard(QWidget):
         layout.addWidget(splitter, 1)
 
     @property
-    def plots(self) -> tuple[_Plot, _Plot, _Plot, _Plot]:
+    def plots(self) -> tuple[Plot, Plot, Plot, Plot]:
         return (self.fill_plot, self.depth_plot, self.rate_plot, self.latency_plot)
 
     def apply_theme(self, theme: Theme) -> None:
         self._theme = theme
         for plot in self.plots:
             plot.theme(theme)
+        self.fill_map.theme(theme)
 
     @property
     def paused(self) -> bool:
@@ -358,6 +285,14 @@ class Dashboard(QWidget):
         return t - t[-1] if t.size else t
 
     def _fill_curves(self, snap: Snapshot) -> None:
+        many = snap.picks is not None and snap.picks.configured >= FILL_MAP_FROM
+        self.fill_stack.setCurrentWidget(self.fill_map if many else self.fill_plot.widget)
+        if many:
+            self.fill_map.draw(self.bridge.history, snap.picks)
+            for name in list(self.fill_plot.curves):
+                self.fill_plot.drop(name)
+            self.bridge.plotted_fills = set()
+            return
         self._smoothing()
         self._feed(self.fill_plot, self._emptiest(snap))
         self.bridge.plotted_fills = set(self.fill_plot.curves)
@@ -405,7 +340,7 @@ class Dashboard(QWidget):
                 scores[name] = (-top, name.removeprefix("queued:"))
         return _choose(self.depth_plot, scores)
 
-    def _feed(self, plot: _Plot, names: dict[str, str]) -> None:
+    def _feed(self, plot: Plot, names: dict[str, str]) -> None:
         x = self._x()
         for gone in plot.curves.keys() - names.keys():
             plot.drop(gone)
@@ -416,7 +351,7 @@ class Dashboard(QWidget):
             highest = max(highest, peak(y))
         plot.fit(x, highest, self.bridge.history_s)
 
-    def _feed_fixed(self, plot: _Plot, names: dict[str, tuple[str, str]]) -> None:
+    def _feed_fixed(self, plot: Plot, names: dict[str, tuple[str, str]]) -> None:
         x = self._x()
         highest = 0.0
         for name, (label, colour) in names.items():
@@ -426,7 +361,7 @@ class Dashboard(QWidget):
         plot.fit(x, highest, self.bridge.history_s)
 
 
-def _choose(plot: _Plot, scores: dict[str, tuple[float, str]]) -> dict[str, str]:
+def _choose(plot: Plot, scores: dict[str, tuple[float, str]]) -> dict[str, str]:
     """Up to ``_CURVES`` names with the lowest scores, as {name: label}. Curves shown already
     stay while they still have a score, so the plot does not flicker as the ranking shifts;
     and fewer curves (and legend entries) keep the redraw cheap."""

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 
 from ui.table_model import ShownModel
 
-__all__ = ["NameCombo", "VisibleRows", "filter_box", "sized_columns"]
+__all__ = ["NameCombo", "VisibleRows", "filter_box", "settled_box", "sized_columns"]
 
 _SETTLE_MS = 60  # scrolling or typing settles before the rows on screen are read again
 _MEASURED_ROWS = 40  # rows whose text sets a column's width
@@ -38,15 +38,20 @@ def sized_columns(table: QTableView, model: ShownModel[Any], *, stretch_last: bo
 
 def filter_box(model: ShownModel[Any], placeholder: str) -> QLineEdit:
     """A line edit whose text filters ``model`` (after a short pause in typing)."""
+    return settled_box(placeholder, model.set_filter)
+
+
+def settled_box(placeholder: str, apply: Callable[[str], None]) -> QLineEdit:
+    """A line edit whose text goes to ``apply`` after a short pause in typing (or Enter)."""
     box = QLineEdit()
     box.setPlaceholderText(placeholder)
     box.setClearButtonEnabled(True)
     timer = QTimer(box)
     timer.setSingleShot(True)
     timer.setInterval(_SETTLE_MS)
-    timer.timeout.connect(lambda: model.set_filter(box.text()))
+    timer.timeout.connect(lambda: apply(box.text()))
     box.textChanged.connect(lambda _text: timer.start())
-    box.returnPressed.connect(lambda: model.set_filter(box.text()))
+    box.returnPressed.connect(lambda: apply(box.text()))
     return box
 
 

@@ -1,16 +1,21 @@
 """Tenants and limits: an editable table applied live, the "N per window" helper, pair limits.
 
-At 10,000 tenants: the table filters by name and sorts in its model (``ui.table_model``), the
-snapshot reads the live columns of the rows on screen only (``VisibleRows``), and the pair
-limits listed are those of the tenant typed in the pair form, at most ``PAIRS_LISTED``."""
+At 100,000 tenants: the table holds one page (``PAGE`` rows), read from the store filtered by
+name and sorted by name, rate, burst or enabled (``Engine.tenant_page``; the live columns sort
+the page shown); the snapshot reads the live columns of the rows on screen only
+(``VisibleRows``); the pair limits listed are those of the tenant typed in the pair form, read
+when it is typed."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from PySide6.QtCore import (
     QAbstractItemModel,
     QModelIndex,
     QPersistentModelIndex,
     Qt,
+    QTimer,
 )
 from PySide6.QtGui import QHideEvent, QShowEvent
 from PySide6.QtWidgets import (
@@ -33,18 +38,29 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine import BucketKey, ConfigError, Limit, ProviderRecord, Snapshot, TenantRecord
+from engine import (
+    ConfigError,
+    Limit,
+    PairLimit,
+    ProviderRecord,
+    Snapshot,
+    TenantPage,
+    TenantQuery,
+    TenantRecord,
+)
 from ui.bridge import Bridge
 from ui.fmt import fmt_limit, fmt_rate
 from ui.models import TenantRow, TenantsModel, parse_burst, parse_rate_text
 from ui.state import limit_for_window
-from ui.views.table_tools import NameCombo, VisibleRows, filter_box, sized_columns
+from ui.views.table_tools import NameCombo, VisibleRows, settled_box, sized_columns
 from ui.widgets import CheckedEdit
 
 __all__ = ["LimitDelegate", "TenantsView", "limit_from_fields"]
 
 WINDOWS = (("second", 1.0), ("minute", 60.0), ("hour", 3600.0), ("day", 86400.0))
 PAIRS_LISTED = 50
+PAGE = 200  # tenants in the table at once
+SORTED_IN_STORE = {0: "name", 1: "rate", 2: "burst", 3: "enabled"}  # column -> TenantQuery.sort
 
 
 def limit_from_fields(rate_text: str, burst_text: str) -> Limit | None:
@@ -95,11 +111,18 @@ class TenantsView(QWidget):
         self.model = TenantsModel(self)
         self.model.limit_edited.connect(bridge.set_tenant_limit)
         self.model.enabled_edited.connect(bridge.set_tenant_enabled)
-        self._pairs: list[tuple[BucketKey, Limit]] = []
+        self.query = TenantQuery(limit=PAGE)
+        self.total = 0
+        self._pairs_timer = QTimer(self)
+        self._pairs_timer.setSingleShot(True)
+        self._pairs_timer.setInterval(250)
+        self._pairs_timer.timeout.connect(self._ask_pairs)
         self._build()
         bridge.tenants_changed.connect(self.set_tenants)
         bridge.providers_changed.connect(self.set_providers)
-        bridge.limits_changed.connect(self.set_limits)
+        bridge.limits_changed.connect(lambda _limits: self._ask_pairs())
+        bridge.tenant_page_loaded.connect(self.show_page)
+        bridge.pairs_loaded.connect(self.show_pairs)
         bridge.sampled.connect(self.on_sample)
 
     def _build(self) -> None:
@@ -126,13 +149,41 @@ class TenantsView(QWidget):
         add_row.addWidget(self.import_button)
         add_row.addWidget(self.import_update)
 
-        self.filter = filter_box(self.model, "Filter tenants by name")
+        self.filter = settled_box("Search tenants by name", self.search)
         self.count = QLabel()
+        self.previous = QPushButton("◀ Previous")
+        self.previous.clicked.connect(lambda: self.turn(-1))
+        self.next = QPushButton("Next ▶")
+        self.next.clicked.connect(lambda: self.turn(1))
+        self._table()
+        hint = QLabel(
+            "Double-click a rate or burst to change it; it applies to the running engine at "
+            "once and is written to the store and the audit log. An empty rate is unlimited."
+        )
+        hint.setWordWrap(True)
+
+        layout = QVBoxLayout(self)
+        layout.addLayout(add_row)
+        shown = QHBoxLayout()
+        shown.addWidget(self.filter, 1)
+        shown.addWidget(self.previous)
+        shown.addWidget(self.count)
+        shown.addWidget(self.next)
+        layout.addLayout(shown)
+        layout.addWidget(self.table, 1)
+        layout.addWidget(hint)
+        helpers = QHBoxLayout()
+        helpers.addWidget(self._window_helper(), 1)
+        helpers.addWidget(self._pair_form(), 1)
+        layout.addLayout(helpers)
+
+    def _table(self) -> None:
         self.table = QTableView()
         self.table.setModel(self.model)
         self.table.setItemDelegate(LimitDelegate(self.table))
         self.table.setSortingEnabled(True)
         self.table.sortByColumn(0, Qt.SortOrder.AscendingOrder)
+        self.table.horizontalHeader().sortIndicatorChanged.connect(self._sort_in_store)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setEditTriggers(
@@ -144,26 +195,6 @@ class TenantsView(QWidget):
         sized_columns(self.table, self.model, stretch_last=False)  # figures stay together
         self.table.selectionModel().selectionChanged.connect(self._selected)
         self.visible = VisibleRows(self.table, self.model, _name, self._show_rows)
-        self.model.layoutChanged.connect(self._count)
-        self.model.modelReset.connect(self._count)
-        hint = QLabel(
-            "Double-click a rate or burst to change it; it applies to the running engine at "
-            "once and is written to the store and the audit log. An empty rate is unlimited."
-        )
-        hint.setWordWrap(True)
-
-        layout = QVBoxLayout(self)
-        layout.addLayout(add_row)
-        shown = QHBoxLayout()
-        shown.addWidget(self.filter, 1)
-        shown.addWidget(self.count)
-        layout.addLayout(shown)
-        layout.addWidget(self.table, 1)
-        layout.addWidget(hint)
-        helpers = QHBoxLayout()
-        helpers.addWidget(self._window_helper(), 1)
-        helpers.addWidget(self._pair_form(), 1)
-        layout.addLayout(helpers)
 
     def _window_helper(self) -> QGroupBox:
         box = QGroupBox("N per window → rate and burst")
@@ -204,7 +235,7 @@ class TenantsView(QWidget):
     def _pair_form(self) -> QGroupBox:
         box = QGroupBox("Limit of one tenant on one provider")
         self.pair_tenant = NameCombo("tenant")
-        self.pair_tenant.editTextChanged.connect(lambda _text: self._list_pairs())
+        self.pair_tenant.editTextChanged.connect(lambda _text: self._pairs_timer.start())
         self.pair_provider = QComboBox()
         self.pair_rate = CheckedEdit(parse_rate_text, "rate (empty: remove the limit)")
         self.pair_burst = CheckedEdit(
@@ -233,33 +264,71 @@ class TenantsView(QWidget):
     # -- data in ---------------------------------------------------------------------------
 
     def set_tenants(self, tenants: list[TenantRecord]) -> None:
-        self.model.set_tenants(tenants)
+        """The configuration changed: read the page shown again; offer the names typed in
+        the pair form."""
+        self.bridge.load_tenant_page(self.query)
         first = not self.pair_tenant.names.rowCount()
         self.pair_tenant.set_names([t.name for t in tenants])
         if first and tenants:
             self.pair_tenant.setCurrentIndex(0)
-        self._selected()
-        self.visible.soon()
 
     def set_providers(self, providers: list[ProviderRecord]) -> None:
         _refill(self.pair_provider, [p.name for p in providers])
 
-    def set_limits(self, limits: dict[BucketKey, Limit]) -> None:
-        pairs = [(key, limit) for key, limit in limits.items() if key.tenant and key.provider]
-        self._pairs = sorted(pairs, key=lambda pair: (pair[0].tenant, pair[0].provider))
-        self._list_pairs()
+    # -- pages -----------------------------------------------------------------------------
 
-    def _list_pairs(self) -> None:
-        """The pair limits of the tenant typed in the pair form (any whose name contains the
-        text), at most ``PAIRS_LISTED`` and a line saying how many more."""
-        text = self.pair_tenant.currentText().strip().casefold()
-        exact = [(k, lim) for k, lim in self._pairs if k.tenant.casefold() == text]
-        found = exact or [(k, lim) for k, lim in self._pairs if text in k.tenant.casefold()]
+    def ask(self, query: TenantQuery) -> None:
+        """Show the page ``query`` asks for, once the store answers."""
+        self.query = query
+        self.bridge.load_tenant_page(query)
+
+    def search(self, text: str) -> None:
+        """The first page of the tenants whose name contains ``text``."""
+        if text.strip() != self.query.match:
+            self.ask(replace(self.query, match=text.strip(), offset=0))
+
+    def turn(self, pages: int) -> None:
+        """The page ``pages`` after (before, when negative) the one shown."""
+        offset = min(max(0, self.query.offset + pages * PAGE), max(0, self.total - 1))
+        if offset != self.query.offset:
+            self.ask(replace(self.query, offset=offset - offset % PAGE))
+
+    def _sort_in_store(self, column: int, order: Qt.SortOrder) -> None:
+        """A click on a configured column sorts every tenant (the store's order, from the
+        first page); a live column sorts the page shown (the model does)."""
+        sort = SORTED_IN_STORE.get(column)
+        descending = order == Qt.SortOrder.DescendingOrder
+        if sort is not None and (sort, descending) != (self.query.sort, self.query.descending):
+            self.ask(replace(self.query, sort=sort, descending=descending, offset=0))
+
+    def show_page(self, page: TenantPage) -> None:
+        if page.query != self.query:  # an answer to a page asked for before this one
+            return
+        self.total = page.total
+        self.model.set_tenants(list(page.tenants))
+        self._count()
+        self._selected()
+        self.visible.soon()
+
+    # -- pair limits -----------------------------------------------------------------------
+
+    def _ask_pairs(self) -> None:
+        tenant = self.pair_tenant.currentText().strip()
+        if tenant:
+            self.bridge.load_pairs(tenant)
+        else:
+            self.pair_list.clear()
+
+    def show_pairs(self, tenant: str, pairs: list[PairLimit]) -> None:
+        """The pair limits of the tenant typed in the pair form, at most ``PAIRS_LISTED``
+        and a line saying how many more."""
+        if tenant != self.pair_tenant.currentText().strip():
+            return
         self.pair_list.clear()
-        for key, limit in found[:PAIRS_LISTED]:
-            self.pair_list.addItem(f"{key.tenant} on {key.provider}: {fmt_limit(limit)}")
-        if len(found) > PAIRS_LISTED:
-            self.pair_list.addItem(f"… and {len(found) - PAIRS_LISTED:,} more: type a tenant")
+        for pair in pairs[:PAIRS_LISTED]:
+            self.pair_list.addItem(f"{pair.tenant} on {pair.provider}: {fmt_limit(pair.limit)}")
+        if len(pairs) > PAIRS_LISTED:
+            self.pair_list.addItem(f"… and {len(pairs) - PAIRS_LISTED:,} more")
 
     def on_sample(self, snap: Snapshot) -> None:
         self.model.set_live(snap.buckets, snap.depth, self.visible.keys)
@@ -268,8 +337,12 @@ class TenantsView(QWidget):
         self.bridge.show_tenants("tenants", names)
 
     def _count(self) -> None:
-        shown, total = self.model.rowCount(), len(self.model.all_rows)
-        self.count.setText(f"{shown:,} of {total:,}" if shown != total else f"{total:,} tenants")
+        q, shown = self.query, self.model.rowCount()
+        first = q.offset + 1 if shown else 0
+        which = f"matching “{q.match}”" if q.match else "tenants"
+        self.count.setText(f"{first:,} to {q.offset + shown:,} of {self.total:,} {which}")
+        self.previous.setEnabled(q.offset > 0)
+        self.next.setEnabled(q.offset + shown < self.total)
 
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QColor
+from PySide6.QtGui import QColor, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
@@ -63,6 +63,7 @@ class WhatIfPanel(QWidget):
         self._error_shown = False
         self._theme = LIGHT
         self._live_concurrency = bridge.engine.concurrency
+        self._stale = True  # the rows wait for the view to be shown
         self.model = ProposalsModel(self.state, self)
         self.model.edited.connect(self.inputs_changed)
         self.comparison = ComparisonModel(self)
@@ -203,7 +204,17 @@ class WhatIfPanel(QWidget):
 
     # -- data in ---------------------------------------------------------------------------
 
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        if self._stale:
+            self._reload_rows()
+
     def _reload_rows(self, *_: object) -> None:
+        """Every limit as a row to propose against: made when the view is shown (a
+        configuration of 400,000 limits changes while another view is shown, not remade)."""
+        self._stale = not self.isVisible()
+        if self._stale:
+            return
         bridge = self.bridge
         self.state.set_limits(
             [t.name for t in bridge.tenants], [p.name for p in bridge.providers], bridge.limits
