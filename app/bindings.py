@@ -16,9 +16,9 @@ from typing import Any
 
 from app import commands
 from app.commands.keep import KEEP, Keep
-from app.config import Paths, load_box
 from app.metrics_address import metrics_address
 from app.output import RETENTION_WINDOWS
+from app.paths import Paths, load_box
 from app.screen import no_screen, xcb_problem
 from app.session import Context, store_url
 from engine import (

@@ -27,7 +27,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from api import ApiMetrics, ApiSettings, create_app
-from app.config import Paths, load_box
+from app.paths import Paths, load_box
 from app.session import Context, actor, store_url
 from app.wiring import build_engine, build_store
 from engine import ConfigError, Engine, Limit, OmniPostError, masked_url

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.config import Paths
+from app.paths import Paths
 from engine import ConfigError, SecretBox
 
 __all__ = ["Context", "actor", "on_signals", "store_url"]

@@ -36,7 +36,7 @@ from typing import Any
 from _common import emit, parser, spread
 
 from engine import EngineSettings, Limit, PlanResult
-from engine.api.plan import provider_model
+from engine.facade.plans import provider_model
 from engine.planning.planner import Arrival, PlanSetup, run_plan
 from engine.store import ProviderRecord, TenantRecord
 

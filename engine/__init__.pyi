@@ -1,18 +1,9 @@
 """Types of the ``engine`` façade (``engine/__init__.py`` loads each name lazily, from
 the module this stub names, on first use: see there)."""
 
-from .api.apikeys import API_KEY_SCOPES, parse_scope
-from .api.front import TenantLimits
-from .api.glance import AppliedConfig
-from .api.plan import MAX_PLANNED
-from .api.suppressions import MAX_SUPPRESSION_PAGE
-from .api.tenant_lines import (
-    load_json,
-    parse_tenant_lines,
-    rate_text,
-    read_tenant_file,
-    read_text_lines,
-    tenant_line,
+from .core.circuit import (
+    CircuitState,
+    ProviderHealth,
 )
 from .core.clock import (
     Clock,
@@ -47,10 +38,6 @@ from .core.errors import (
     StoreError,
     StoreUnavailable,
 )
-from .core.health import (
-    CircuitState,
-    ProviderHealth,
-)
 from .core.policy import RetryPolicy
 from .core.present import (
     MASKED_VALUE,
@@ -65,11 +52,24 @@ from .core.retention import (
     parse_age,
 )
 from .dispatch.dispatcher import DispatcherSettings
-from .engine import (
+from .facade.api_keys import API_KEY_SCOPES, parse_scope
+from .facade.engine import (
     Engine,
     EngineSettings,
     EngineState,
     SimulationProgress,
+)
+from .facade.overview import AppliedConfig
+from .facade.plans import MAX_PLANNED
+from .facade.requests import TenantLimits
+from .facade.suppressions import MAX_SUPPRESSION_PAGE
+from .facade.tenant_lines import (
+    load_json,
+    parse_tenant_lines,
+    rate_text,
+    read_tenant_file,
+    read_text_lines,
+    tenant_line,
 )
 from .limits.bucket import TokenBucket
 from .limits.envelope import (
@@ -134,17 +134,17 @@ from .store.rotation import (
     RotationReport,
     TableRotation,
 )
-from .views.glance_model import (
+from .telemetry.figures import (
+    Counters,
+    Snapshot,
+    TenantDepth,
+)
+from .telemetry.snapshot_view import (
     BRIEF_VIEW,
     BucketPick,
     BucketPicks,
     QueueTotals,
     SnapshotView,
-)
-from .views.telemetry import (
-    Counters,
-    Snapshot,
-    TenantDepth,
 )
 
 __all__ = [

@@ -223,7 +223,7 @@ async def _claim_same(store_url: str, box: SecretBox, body: dict[str, Any]) -> N
 
 @pytest.fixture
 def box_of_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SecretBox:
-    from app.config import Paths, load_box
+    from app.paths import Paths, load_box
 
     return load_box(Paths(tmp_path))
 

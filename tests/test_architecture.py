@@ -8,6 +8,7 @@ engine's private parts by attribute) and that no module grows past about 450 lin
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,8 @@ LONGER = {
     "engine/dispatch/dispatcher.py": "the loop's round, its claims' settling, what it learns"
     " from completions and its shares of the tenants read as one story: split, each half would"
     " call into the other",
+    "engine/facade/engine.py": "the lifecycle, and the menu of the whole façade in Engine's"
+    " docstring (the one table of contents, about 35 lines, kept true by a test below)",
 }
 LONGEST = 600
 
@@ -65,3 +68,44 @@ def test_modules_stay_small(path: Path) -> None:
     assert lines <= MAX_LINES, (
         f"{name} has {lines} lines; split it by concept, or name it in LONGER"
     )
+
+
+def _menu(doc: str) -> dict[str, str]:
+    """``Engine``'s menu: each name between double backquotes on a ``- family (``module``):``
+    line (and the lines continuing it), with the module of the façade it says holds it."""
+    found: dict[str, str] = {}
+    module = ""
+    for line in doc.splitlines():
+        head = re.match(r"\s*- [^(]+\(``(\w+)``\):(.*)", line)
+        names = line
+        if head:
+            module, names = head.group(1), head.group(2)
+        elif not line.startswith("      "):  # a line that continues none
+            module = ""
+        if module:
+            found |= dict.fromkeys(re.findall(r"``(\w+)``", names), module)
+    return found
+
+
+def test_the_engines_menu_names_every_public_method_where_it_is() -> None:
+    from engine.facade.engine import Engine
+
+    menu = _menu(Engine.__doc__ or "")
+    public = {name for name in dir(Engine) if not name.startswith("_")}
+    assert set(menu) == public, (
+        f"missing from the menu: {sorted(public - set(menu))}; "
+        f"on it, but not on Engine: {sorted(set(menu) - public)}"
+    )
+    for name, module in menu.items():
+        owner = next(c for c in Engine.__mro__ if name in vars(c))
+        assert owner.__module__ == f"engine.facade.{module}", (name, owner.__module__)
+
+
+def test_the_menu_check_reads_families_and_their_continued_lines() -> None:
+    doc = """Intro ``not_this``.
+
+    - one (``a``): ``x`` ``y``
+      ``z``
+    - two (``b``): ``w``
+    """
+    assert _menu(doc) == {"x": "a", "y": "a", "z": "a", "w": "b"}

@@ -385,7 +385,7 @@ def test_provider_test_sends_one_message(cli: Cli, tmp_path: Path) -> None:
 
 def test_stats_at_many_tenants_lists_the_deepest_and_the_totals(cli: Cli, tmp_path: Path) -> None:
     """Past 20 tenants, stats lists the 20 with the most queued (read inside the database, as
-    a console's glance reads them) and the totals over every tenant; --all lists them all,
+    a console's snapshot reads them) and the totals over every tenant; --all lists them all,
     --tenant only the named."""
     names = [f"t{i:02d}" for i in range(25)]
     tenants = tmp_path / "tenants.jsonl"

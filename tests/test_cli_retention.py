@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from app.config import Paths, load_box
+from app.paths import Paths, load_box
 from engine import BUILTIN_KINDS, Engine, EngineSettings, LocalLimiter, Store, SystemClock
 from engine.store import normalize_url
 from tests.cli_support import Cli, assert_one_sentence, clean_env, run_process

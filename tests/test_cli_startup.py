@@ -44,7 +44,7 @@ HEAVY = (
     "uvicorn",
     "pydantic",
     "api",
-    "engine.engine",
+    "engine.facade.engine",
     "engine.store",
     "engine.providers",
     "engine.planning.planner",

@@ -64,7 +64,7 @@ CLOSE_AFTER_DELIVERIES = textwrap.dedent(
     from pathlib import Path
     from PySide6.QtCore import QSettings, QTimer
     from app.session import Context
-    from app.config import Paths
+    from app.paths import Paths
     from app.console import application, run_console, run_on_qt_loop
     from app.wiring import build_store
     from engine import SecretBox

@@ -25,9 +25,9 @@ from engine import (
     SendResult,
     Store,
 )
-from engine.api.plan import provider_model
 from engine.core.errors import ConfigError
 from engine.dispatch.work import WorkQueue
+from engine.facade.plans import provider_model
 from engine.planning.planner import Arrival, PlanSetup, run_plan
 from engine.providers.base import batch_size, send_many_within, send_parcel
 from engine.providers.file import FileProvider

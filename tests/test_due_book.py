@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from engine.dispatch.due import DueBook, Key
+from engine.dispatch.due import DueBook, Pair
 from engine.store import DueKey
 
 A1, B1, C1, A2, B2 = (1, 1), (2, 1), (3, 1), (1, 2), (2, 2)
 
 
-def lines(book: DueBook) -> dict[int, list[Key]]:
+def lines(book: DueBook) -> dict[int, list[Pair]]:
     return {provider: list(line) for provider, line in book.lines()}
 
 
-def served_in_turn(book: DueBook, provider: int, visits: int) -> list[Key]:
+def served_in_turn(book: DueBook, provider: int, visits: int) -> list[Pair]:
     """The keys a provider's line serves first, ``visits`` times, one row each."""
     order = []
     for _ in range(visits):
@@ -50,7 +50,7 @@ def test_adding_to_a_known_key_keeps_its_place() -> None:
         (1, True, [B1], {A1}),  # the claim found fewer than it asked: looked at alone
     ],
 )
-def test_served(leased: int, drained: bool, line: list[Key], probes: set[Key]) -> None:
+def test_served(leased: int, drained: bool, line: list[Pair], probes: set[Pair]) -> None:
     book = DueBook(cap=1024)
     book.add(A1, 5)
     book.add(B1, 5)
@@ -137,7 +137,7 @@ def test_a_drained_key_probed_with_later_rows_is_parked_until_they_fall_due() ->
         ([DueKey(1, 1, 0, 50.0, 1)], [], 50.0),  # only later rows: parked until then
     ],
 )
-def test_probed(found: list[DueKey], ready: list[Key], parked_until: float | None) -> None:
+def test_probed(found: list[DueKey], ready: list[Pair], parked_until: float | None) -> None:
     book = DueBook(cap=1024)
     book.add(A1, 1)
     book.served(A1, 1, drained=True)

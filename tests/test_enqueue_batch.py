@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 
-from engine.api.notifications import new_keys
 from engine.core.crypto import SecretBox
+from engine.facade.notifications import new_keys
 from engine.store.payloads import payload_texts
 
 TEXTS = ["ada@example.com", "+15551234567", "naïve ✓ 🚀", "x" * 300, "a"]

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from app.cli import main
-from app.config import Paths, load_box
+from app.paths import Paths, load_box
 from engine.core.domain import parse_rate, validate_name
 from engine.core.errors import ConfigError
 from engine.store.schema import metadata

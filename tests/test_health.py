@@ -1,12 +1,12 @@
-"""The circuit breaker's rules (engine/core/health.py) as tables, at fixed instants, and the circuit
-options every provider kind takes."""
+"""The circuit breaker's rules (engine/core/circuit.py) as tables, at fixed instants, and the
+circuit options every provider kind takes."""
 
 from __future__ import annotations
 
 import pytest
 
 from engine import BUILTIN_KINDS, CircuitState, ConfigError, ProviderConfig, SendResult
-from engine.core.health import (
+from engine.core.circuit import (
     CircuitSettings,
     Health,
     closed,

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from cryptography.fernet import Fernet
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from app.config import Paths, load_box
+from app.paths import Paths, load_box
 from engine import (
     BUILTIN_KINDS,
     Engine,

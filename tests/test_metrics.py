@@ -56,7 +56,7 @@ from engine import (
     SystemClock,
     TenantDepth,
 )
-from engine.views.telemetry import (
+from engine.telemetry.figures import (
     DELIVERY_BOUNDS_S,
     SEND_BOUNDS_S,
     Histogram,
@@ -516,7 +516,7 @@ CONSOLE = textwrap.dedent(
     from pathlib import Path
     import httpx
     from PySide6.QtCore import QSettings, QTimer
-    from app.config import Paths
+    from app.paths import Paths
     from app.console import application, run_console, run_on_qt_loop
     from app.metrics import MetricsAddress
     from app.session import Context
@@ -532,8 +532,8 @@ CONSOLE = textwrap.dedent(
 
     def scrape():
         windows = [w for w in app.topLevelWidgets() if w.objectName() == "OmniPostConsole"]
-        if not (windows and windows[0].isVisible()):
-            QTimer.singleShot(50, scrape)
+        if not (windows and windows[0].isVisible() and windows[0].isEnabled()):
+            QTimer.singleShot(50, scrape)  # enabled: its engine is open
             return
         # Blocking, on the Qt loop's thread: only the exporter's own thread can answer.
         state["text"] = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text

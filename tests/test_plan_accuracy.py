@@ -40,7 +40,7 @@ from engine import (
     Store,
     SystemClock,
 )
-from engine.views.telemetry import percentile
+from engine.telemetry.figures import percentile
 from tests.support import enqueue_numbered
 
 pytestmark = pytest.mark.slow

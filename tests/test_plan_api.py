@@ -31,7 +31,7 @@ async def _counts(store: Store) -> tuple[object, ...]:
         await store.queue.backlog(),
         await store.stats.recent_sends(1000),
         await store.audit.entries(limit=1000),
-        await store.health.all(),
+        await store.circuits.all(),
     )
 
 

@@ -14,7 +14,7 @@ import pytest
 from app.metrics import METRICS_VIEW
 from app.progress import FINAL_VIEW, summary_line
 from engine import BRIEF_VIEW, BucketKey, Engine, Store
-from engine.views.glance import RECENT_PAIRS
+from engine.telemetry.snapshots import RECENT_PAIRS
 from tests.many_tenants import PROVIDERS, tenant_name
 from tests.test_snapshot_view import CountingLimiter, Statements, _engine
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config import Paths, load_box
+from app.paths import Paths, load_box
 from engine import (
     BUILTIN_KINDS,
     Engine,

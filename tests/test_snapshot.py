@@ -10,9 +10,9 @@ import pytest
 
 from engine.core.clock import FakeClock
 from engine.core.domain import BucketKey, BucketLevel, NotificationState, Outcome
-from engine.engine import EngineState
+from engine.facade.engine import EngineState
 from engine.store.records import DepthRow
-from engine.views.telemetry import Counters, Telemetry, TenantDepth, build_snapshot, tenant_depths
+from engine.telemetry.figures import Counters, Telemetry, TenantDepth, build_snapshot, tenant_depths
 
 Q, L, D, X = (
     NotificationState.QUEUED,

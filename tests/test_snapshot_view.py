@@ -30,8 +30,8 @@ from engine import (
     Store,
     SystemClock,
 )
-from engine.views.activity import Activity
-from engine.views.glance import RECENT_PAIRS, candidates, fill_counts, pick_buckets
+from engine.telemetry.activity import Activity
+from engine.telemetry.snapshots import RECENT_PAIRS, candidates, fill_counts, pick_buckets
 from tests.many_tenants import PROVIDERS, populate, tenant_name
 
 
@@ -309,7 +309,9 @@ async def test_newest_notifications_across_tenants(
     assert time.perf_counter() - t0 < 1
 
 
-async def test_the_glance_reads_on_each_store(store: Store, store_url: str, box: SecretBox) -> None:
+async def test_the_overview_reads_on_each_store(
+    store: Store, store_url: str, box: SecretBox
+) -> None:
     """The new reads on SQLite and Postgres: depth of named tenants, the overview, the
     newest notifications across tenants, the newest deliveries, the configuration's token."""
     engine = Engine(store, LocalLimiter(SystemClock()), BUILTIN_KINDS)
@@ -317,12 +319,12 @@ async def test_the_glance_reads_on_each_store(store: Store, store_url: str, box:
     try:
         await populate(engine, store_url, 30, queued=3, token=box.encrypt("a@example.com"))
         ids = {t.name: t.id for t in await engine.tenants()}
-        rows = await store.glance.depth_of([ids[tenant_name(1)], ids[tenant_name(2)]])
+        rows = await store.overview.depth_of([ids[tenant_name(1)], ids[tenant_name(2)]])
         assert {(r.tenant_id, r.state, r.count) for r in rows} == {
             (ids[tenant_name(i)], NotificationState.QUEUED, 3) for i in (1, 2)
         }
         assert all(r.oldest_enqueued_at is not None for r in rows)
-        overview = await store.glance.overview(5)
+        overview = await store.overview.overview(5)
         assert overview.totals[NotificationState.QUEUED] == 90
         assert overview.tenants_queued == 30 and len(overview.deepest) == 5
         assert overview.oldest_enqueued_at is not None

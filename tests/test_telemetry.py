@@ -6,7 +6,7 @@ import pytest
 
 from engine.core.clock import FakeClock
 from engine.core.domain import Outcome
-from engine.views.telemetry import Counters, Telemetry, percentile
+from engine.telemetry.figures import Counters, Telemetry, percentile
 
 ONE_TO_TEN = [float(i) for i in range(1, 11)]
 ONE_TO_HUNDRED = [float(i) for i in range(1, 101)]

@@ -7,9 +7,9 @@ import sys
 import time
 from collections.abc import Callable
 
-from app.config import Paths, add_key
 from app.output import print_json, print_table
 from app.parser import one_line
+from app.paths import Paths, add_key
 from app.session import Context, actor
 from app.wiring import build_engine, build_store
 from engine import RotationProgress, RotationReport, SecretBox

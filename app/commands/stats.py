@@ -1,7 +1,7 @@
 """``omnipost stats``: queue depth, recent throughput, workers, limits and bucket levels.
 
 At many tenants it shows the ``SHOWN`` with the most queued and the totals over every tenant,
-read as a console's glance reads them (one sum per state, the deepest picked inside the
+read as a console's snapshot reads them (one sum per state, the deepest picked inside the
 database): the same few rows at 30 tenants as at 100,000. ``--all`` reads and lists every
 tenant; ``--tenant NAME`` only the named ones.
 """

@@ -66,7 +66,7 @@ class Outcome(enum.StrEnum):
     PERMANENT = "permanent"
     # The provider could not take any message (refused connection, TLS, login, timeout): the
     # message was not tried, spends no attempt, and the failure counts toward the provider's
-    # circuit breaker (engine/core/health.py).
+    # circuit breaker (engine/core/circuit.py).
     UNAVAILABLE = "unavailable"
 
 

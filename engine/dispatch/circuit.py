@@ -1,4 +1,4 @@
-"""The dispatcher's circuit breakers: engine/core/health.py's rules carried out against the store.
+"""The dispatcher's circuit breakers: engine/core/circuit.py's rules carried out against the store.
 
 Each engine keeps a view of every provider's circuit, read from the store on the dispatcher's
 refresh and updated at once by its own transitions (each one a single-row transaction that
@@ -13,10 +13,7 @@ import logging
 import math
 from collections.abc import Sequence
 
-from engine.core.clock import Clock
-from engine.core.domain import NotificationState, Outcome, SendResult
-from engine.core.errors import OmniPostError
-from engine.core.health import (
+from engine.core.circuit import (
     CircuitSettings,
     CircuitState,
     Health,
@@ -29,13 +26,16 @@ from engine.core.health import (
     release_probe,
     take_probe,
 )
+from engine.core.clock import Clock
+from engine.core.domain import NotificationState, Outcome, SendResult
+from engine.core.errors import OmniPostError
 from engine.core.policy import Decision
 from engine.dispatch.directory import Directory
 from engine.dispatch.ports import DispatchStore
 from engine.providers.base import ProviderConfig
 from engine.providers.schema import circuit_settings
 from engine.store import Leased
-from engine.store.health import Transition
+from engine.store.circuits import Transition
 
 __all__ = ["Circuits"]
 
@@ -105,7 +105,7 @@ class Circuits:
     async def refresh(self) -> None:
         """Read every circuit from the store (one row per provider)."""
         self.read_at = self._clock.monotonic()
-        fresh = await self._store.health.all()
+        fresh = await self._store.circuits.all()
         for pid, h in fresh.items():
             before = self._health.get(pid)
             if before is not None and before.state is not h.state:
@@ -184,7 +184,7 @@ class Circuits:
         """Close the circuit now, whatever its state (an operator's "resume now"); audited."""
         now = self._clock.wall()
         self._runs[provider_id] = 0
-        h, _ = await self._store.health.change(
+        h, _ = await self._store.circuits.change(
             provider_id,
             lambda h: on_resume(h, now=now),
             now=now,
@@ -244,7 +244,7 @@ class Circuits:
         """Apply ``transition`` in the store and keep the row it leaves; a store failure is
         logged and changes nothing (the next failure, refresh or probe lease tries again)."""
         try:
-            h, changed = await self._store.health.change(
+            h, changed = await self._store.circuits.change(
                 provider_id, transition, now=self._clock.wall()
             )
         except OmniPostError as exc:

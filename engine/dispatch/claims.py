@@ -30,7 +30,7 @@ from engine.core.domain import BucketScope
 from engine.dispatch.directory import Directory, Route
 from engine.dispatch.due import DueBook
 from engine.dispatch.settings import DispatcherSettings
-from engine.dispatch.work import Key, WorkQueue
+from engine.dispatch.work import Pair, WorkQueue
 from engine.limits.limiter import Reservation
 
 __all__ = ["KEYS_PER_CLAIM", "QUANTUM", "Ask", "ClaimMaker"]
@@ -38,7 +38,7 @@ __all__ = ["KEYS_PER_CLAIM", "QUANTUM", "Ask", "ClaimMaker"]
 KEYS_PER_CLAIM = 32  # keys of one provider's line served by one claim (8 to 128 measured)
 QUANTUM = 4  # the least a paced key may lease in its turn, however long its line
 
-Ask = tuple[Key, Route, int]  # a key, its route, how many to reserve and lease
+Ask = tuple[Pair, Route, int]  # a key, its route, how many to reserve and lease
 
 
 class ClaimMaker:
@@ -54,7 +54,7 @@ class ClaimMaker:
 
     def gather(
         self,
-        line: collections.deque[Key],
+        line: collections.deque[Pair],
         settings: DispatcherSettings,
         concurrency: int,
         *,
@@ -69,7 +69,7 @@ class ClaimMaker:
         ``probing``: one key, one lease (a circuit's probe)."""
         book = self._book
         asks: list[Ask] = []
-        dropped: list[Key] = []
+        dropped: list[Pair] = []
         expected = 0.0
         room = turn = fill = 0
         share = 1.0

@@ -36,11 +36,11 @@ from engine.dispatch.ports import DispatchStore
 from engine.dispatch.senders import Senders
 from engine.dispatch.settings import DispatcherSettings
 from engine.dispatch.share import Shares
-from engine.dispatch.work import Key, WorkQueue
+from engine.dispatch.work import Pair, WorkQueue
 from engine.limits.limiter import Limiter, Reservation
 from engine.store import Completion, Leased
 from engine.store.reads import DUE_CAP
-from engine.views.telemetry import Telemetry
+from engine.telemetry.figures import Telemetry
 
 __all__ = ["Dispatcher", "DispatcherSettings"]
 
@@ -124,7 +124,7 @@ class Dispatcher:
         self._due_stale = True
         self._wake.set()
 
-    def enqueued(self, due: Mapping[Key, int]) -> None:
+    def enqueued(self, due: Mapping[Pair, int]) -> None:
         """``due[key]`` rows became due now per key (this process's enqueues, another's from
         its NOTIFY): counted in without the look at the store that ``wake`` asks for (a count
         off either way only brings the key's next look alone sooner). Keys of tenants another
@@ -157,7 +157,7 @@ class Dispatcher:
             self._refreshed_at = -1e9
             self.wake()
 
-    def _returned(self, due: Mapping[Key, int]) -> None:
+    def _returned(self, due: Mapping[Pair, int]) -> None:
         """Leases this worker gave back unsent (a throttle, a circuit): due again, counted in."""
         book = self._book
         for key, n in due.items():
@@ -305,7 +305,7 @@ class Dispatcher:
             wait_s = look_s if look_s < wait_s else wait_s
         return wait_s if wait_s > 0.001 else 0.001
 
-    async def _serve_line(self, line: collections.deque[Key], *, probing: bool) -> tuple[int, int]:
+    async def _serve_line(self, line: collections.deque[Pair], *, probing: bool) -> tuple[int, int]:
         """Serve the first keys of one provider's ``line`` together: reserve for each up to
         its ``_room`` (all of them at most what the senders can take), lease for all of them
         in one claim, then take their tokens again. Returns how many keys it visited and how
@@ -394,7 +394,7 @@ class Dispatcher:
 
     def _settle(
         self,
-        key: Key,
+        key: Pair,
         route: Route,
         asked: int,
         reservation: Reservation,

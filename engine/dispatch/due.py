@@ -29,9 +29,9 @@ from engine.core.domain import BucketScope
 from engine.limits.limiter import Reservation
 from engine.store import DueKey
 
-__all__ = ["DueBook", "Key"]
+__all__ = ["DueBook", "Pair"]
 
-Key = tuple[int, int]  # (tenant id, provider id)
+Pair = tuple[int, int]  # (tenant id, provider id)
 LOOK_PART = 5_000  # keys looked at between two turns of the caller's loop
 _LONGEST_WAIT_S = 30.0  # a key behind a very slow bucket asks again at least this often
 
@@ -39,19 +39,21 @@ _LONGEST_WAIT_S = 30.0  # a key behind a very slow bucket asks again at least th
 class DueBook:
     def __init__(self, cap: int) -> None:
         self._cap = cap  # counts are kept up to this: the dispatcher needs at least a batch
-        self.due: dict[Key, int] = {}  # every ready or waiting key: rows due, as far as known
-        self._lines: dict[int, collections.deque[Key]] = {}  # provider -> ready keys, in turn
-        self._waiting: list[tuple[float, Key]] = []  # (monotonic time, key), lazily deleted
-        self._wait_until: dict[Key, float] = {}  # the live entry of each waiting key
+        self.due: dict[Pair, int] = {}  # every ready or waiting key: rows due, as far as known
+        self._lines: dict[int, collections.deque[Pair]] = {}  # provider -> ready keys, in turn
+        self._waiting: list[tuple[float, Pair]] = []  # (monotonic time, key), lazily deleted
+        self._wait_until: dict[Pair, float] = {}  # the live entry of each waiting key
         self._held: dict[int, float] = {}  # provider -> monotonic time its bucket refills
         # Parked keys: the queued count the store last showed (None: not seen since parked).
-        self._parked: dict[Key, int | None] = {}
-        self._later: list[tuple[float, Key]] = []  # (wall time, parked key) its rows fall due
-        self._later_at: dict[Key, float] = {}
-        self.probes: set[Key] = set()  # drained keys (or capped counts that ran out): look at alone
-        self._capped: set[Key] = set()  # ready or waiting keys whose count is a floor: maybe more
-        self._fresh: set[Key] = set()  # added since the look under way began: kept by it
-        self._fresh_probe: set[Key] = set()  # added or delayed since the probe began
+        self._parked: dict[Pair, int | None] = {}
+        self._later: list[tuple[float, Pair]] = []  # (wall time, parked key) its rows fall due
+        self._later_at: dict[Pair, float] = {}
+        self.probes: set[Pair] = (
+            set()
+        )  # drained keys (or capped counts that ran out): look at alone
+        self._capped: set[Pair] = set()  # ready or waiting keys whose count is a floor: maybe more
+        self._fresh: set[Pair] = set()  # added since the look under way began: kept by it
+        self._fresh_probe: set[Pair] = set()  # added or delayed since the probe began
 
     def __len__(self) -> int:
         """Keys ready or waiting."""
@@ -59,7 +61,7 @@ class DueBook:
 
     # -- keys coming in --------------------------------------------------------------------
 
-    def add(self, key: Key, n: int) -> None:
+    def add(self, key: Pair, n: int) -> None:
         """``n`` more rows of ``key`` are due now (an enqueue, a requeue)."""
         if n <= 0:
             return
@@ -73,7 +75,7 @@ class DueBook:
         self.probes.discard(key)
         self._ready(key, n)
 
-    def later(self, key: Key, at: float) -> None:
+    def later(self, key: Pair, at: float) -> None:
         """A row of ``key`` falls due at wall time ``at`` (a retry after its back-off)."""
         self._fresh_probe.add(key)
         if key in self.due:
@@ -91,7 +93,7 @@ class DueBook:
         """A look at the store's counts starts: keys added from now on are newer than it."""
         self._fresh = set()
 
-    def look(self, queued: Mapping[Key, int]) -> None:
+    def look(self, queued: Mapping[Pair, int]) -> None:
         """The store's kept counts of queued rows per key (every key with some), read since
         ``begin_look``: keys it does not list have none (unless added since); a parked key
         whose count is unchanged stays parked; the others are due, as far as the book knows,
@@ -100,7 +102,7 @@ class DueBook:
             pass
 
     def look_in_parts(
-        self, queued: Mapping[Key, int], admit: Callable[[int], bool] | None = None
+        self, queued: Mapping[Pair, int], admit: Callable[[int], bool] | None = None
     ) -> Iterator[None]:
         """``look`` a part at a time: yields after every ``LOOK_PART`` keys, so that a caller
         lets its loop turn between parts (300,000 keys at 100,000 tenants); keys of a tenant
@@ -124,7 +126,7 @@ class DueBook:
             if n > 0:
                 self._seen(key, n)
 
-    def _seen(self, key: Key, n: int) -> None:
+    def _seen(self, key: Pair, n: int) -> None:
         """A look found ``n`` rows of ``key`` queued."""
         if key in self.due:
             self._count(key, n)
@@ -142,7 +144,7 @@ class DueBook:
         """A look at the keys of ``probes`` alone starts."""
         self._fresh_probe = set()
 
-    def probed(self, keys: Iterable[Key], found: Iterable[DueKey]) -> None:
+    def probed(self, keys: Iterable[Pair], found: Iterable[DueKey]) -> None:
         """What a look at ``keys`` alone found (``found``: those with queued rows), since
         ``begin_probe``; a key added or delayed meanwhile keeps what that said instead."""
         answers = {(d.tenant_id, d.provider_id): d for d in found}
@@ -171,7 +173,7 @@ class DueBook:
         """Waiting keys whose instant has come go to the front of their lines, parked ones
         whose rows fell due to the back; held providers whose buckets refilled are let go."""
         waiting, until = self._waiting, self._wait_until
-        woken: list[Key] = []
+        woken: list[Pair] = []
         while waiting and waiting[0][0] <= mono:
             at, key = heapq.heappop(waiting)
             if until.get(key) == at:
@@ -191,7 +193,7 @@ class DueBook:
             for provider in [p for p, t in self._held.items() if t <= mono]:
                 del self._held[provider]
 
-    def _rejoin(self, woken: list[Key]) -> None:
+    def _rejoin(self, woken: list[Pair]) -> None:
         """Keys that waited for their own buckets back in their lines: to the front, soonest
         first, since their tokens go stale behind keys that no limit paces; but behind the
         keys that wait for a held provider's bucket, which take its next tokens in turn, so
@@ -206,7 +208,7 @@ class DueBook:
                 if key[1] in held:
                     self._line(key[1]).append(key)
 
-    def lines(self) -> Iterator[tuple[int, collections.deque[Key]]]:
+    def lines(self) -> Iterator[tuple[int, collections.deque[Pair]]]:
         """Each provider's line of ready keys, for the providers with some."""
         return ((p, line) for p, line in self._lines.items() if line)
 
@@ -219,7 +221,7 @@ class DueBook:
         """``provider``'s bucket grants nothing before monotonic ``until``: its line waits."""
         self._held[provider] = until
 
-    def served(self, key: Key, leased: int, *, drained: bool) -> None:
+    def served(self, key: Pair, leased: int, *, drained: bool) -> None:
         """``key`` (first in its line, as a rule) leased ``leased`` rows; ``drained``: the
         claim found fewer than it asked for (then it is looked at alone: its rows may fall
         due later). A count that ran out is looked at alone only if it was the cap; an
@@ -238,7 +240,7 @@ class DueBook:
             self.due[key] = left
             line.append(key)
 
-    def wait(self, key: Key, until: float) -> None:
+    def wait(self, key: Pair, until: float) -> None:
         """``key`` (first in its line or last, just ``served``, as a rule) waits for its own
         buckets until monotonic ``until``."""
         _take(self._lines[key[1]], key)
@@ -246,7 +248,7 @@ class DueBook:
             self._wait_until[key] = until
             heapq.heappush(self._waiting, (until, key))
 
-    def hold(self, key: Key, reservation: Reservation, mono: float, poll_s: float) -> bool:
+    def hold(self, key: Pair, reservation: Reservation, mono: float, poll_s: float) -> bool:
         """``key``'s buckets granted less than asked at monotonic ``mono``: a provider's
         bucket holds the provider's whole line (at most ``poll_s``; the key keeps its place),
         the tenant's or the pair's holds the key alone, until they grant again (at most
@@ -266,14 +268,14 @@ class DueBook:
             self.wait(key, mono + (own_s if own_s < _LONGEST_WAIT_S else _LONGEST_WAIT_S))
         return provider
 
-    def drop(self, key: Key) -> None:
+    def drop(self, key: Pair) -> None:
         """``key`` has no route (its tenant or provider went): forgotten until it comes again."""
         line = self._lines.get(key[1])
         if line and line[0] == key:
             line.popleft()
         self._drop(key)
 
-    def keep(self, serves: Callable[[Key, int], bool]) -> None:
+    def keep(self, serves: Callable[[Pair, int], bool]) -> None:
         """Forget every key that ``serves(key, rows known)`` refuses (this worker's share of the
         tenants changed): at once, in one pass over each line, without a look at the store."""
         gone = [key for key, n in self.due.items() if not serves(key, n)]
@@ -322,17 +324,17 @@ class DueBook:
 
     # -- inside ------------------------------------------------------------------------------
 
-    def _line(self, provider: int) -> collections.deque[Key]:
+    def _line(self, provider: int) -> collections.deque[Pair]:
         line = self._lines.get(provider)
         if line is None:
             line = self._lines[provider] = collections.deque()
         return line
 
-    def _ready(self, key: Key, n: int) -> None:
+    def _ready(self, key: Pair, n: int) -> None:
         self._count(key, n)
         self._line(key[1]).append(key)
 
-    def _count(self, key: Key, n: int) -> None:
+    def _count(self, key: Pair, n: int) -> None:
         """``key``'s due rows from a look or a probe: at most the cap (then maybe more)."""
         if n < self._cap:
             self.due[key] = n
@@ -341,7 +343,7 @@ class DueBook:
             self.due[key] = self._cap
             self._capped.add(key)
 
-    def _drop(self, key: Key) -> None:
+    def _drop(self, key: Pair) -> None:
         """Out of ready and waiting (a line keeps no stale entry: ``served``, ``wait`` and
         ``drop`` take the key from the front; elsewhere it is removed by value)."""
         self._capped.discard(key)
@@ -353,11 +355,11 @@ class DueBook:
                 with contextlib.suppress(ValueError):
                     line.remove(key)
 
-    def _drop_many(self, keys: list[Key]) -> None:
+    def _drop_many(self, keys: list[Pair]) -> None:
         """``_drop`` for each of ``keys``, with one pass over each line they leave (``_drop``
         removes a key from the middle of its line by value: a pass per key, thousands of keys
         times thousands of places when a worker's share of the tenants changed)."""
-        in_line: set[Key] = set()
+        in_line: set[Pair] = set()
         for key in keys:
             self._capped.discard(key)
             if self.due.pop(key, None) is not None and self._wait_until.pop(key, None) is None:
@@ -369,7 +371,7 @@ class DueBook:
                 line.clear()
                 line.extend(kept)
 
-    def _unpark(self, key: Key) -> None:
+    def _unpark(self, key: Pair) -> None:
         if key in self._parked:
             del self._parked[key]
             self._later_at.pop(key, None)
@@ -382,7 +384,7 @@ class DueBook:
         )
 
 
-def _take(line: collections.deque[Key], key: Key) -> None:
+def _take(line: collections.deque[Pair], key: Pair) -> None:
     """Take ``key`` out of ``line``: at once from either end, where a round finds it."""
     if not line:
         return
@@ -396,10 +398,10 @@ def _take(line: collections.deque[Key], key: Key) -> None:
 
 
 def _admitted(
-    queued: Mapping[Key, int], admit: Callable[[int], bool]
-) -> Generator[None, None, dict[Key, int]]:
+    queued: Mapping[Pair, int], admit: Callable[[int], bool]
+) -> Generator[None, None, dict[Pair, int]]:
     """The entries of ``queued`` whose tenant ``admit`` takes, yielding every ``LOOK_PART``."""
-    kept: dict[Key, int] = {}
+    kept: dict[Pair, int] = {}
     for index, (key, n) in enumerate(queued.items()):
         if admit(key[0]):
             kept[key] = n

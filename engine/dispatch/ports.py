@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from engine.core.circuit import Health
 from engine.core.domain import BucketKey, Limit
-from engine.core.health import Health
-from engine.store.health import Transition
+from engine.store.circuits import Transition
 from engine.store.records import (
     Completion,
     DueKey,
@@ -23,7 +23,7 @@ from engine.store.records import (
     TenantRecord,
 )
 
-__all__ = ["ConfigSource", "DispatchQueue", "DispatchStore", "HealthBook", "SendConfig"]
+__all__ = ["CircuitBook", "ConfigSource", "DispatchQueue", "DispatchStore", "SendConfig"]
 
 
 class DispatchQueue(Protocol):
@@ -48,7 +48,7 @@ class DispatchQueue(Protocol):
     async def complete(self, completions: Sequence[Completion], *, worker: str) -> list[bool]: ...
 
 
-class HealthBook(Protocol):
+class CircuitBook(Protocol):
     async def all(self) -> dict[int, Health]: ...
 
     async def change(
@@ -68,7 +68,7 @@ class DispatchStore(Protocol):
     def queue(self) -> DispatchQueue: ...
 
     @property
-    def health(self) -> HealthBook: ...
+    def circuits(self) -> CircuitBook: ...
 
 
 class SendConfig(Protocol):

@@ -25,11 +25,11 @@ from engine.dispatch.completer import Completer
 from engine.dispatch.directory import Directory
 from engine.dispatch.ports import DispatchStore
 from engine.dispatch.settings import DispatcherSettings
-from engine.dispatch.work import Key, WorkQueue
+from engine.dispatch.work import Pair, WorkQueue
 from engine.limits.limiter import Limiter, take_waiting
 from engine.providers.base import send_parcel
 from engine.store import Leased
-from engine.views.telemetry import Telemetry
+from engine.telemetry.figures import Telemetry
 
 __all__ = ["Senders"]
 
@@ -59,7 +59,7 @@ class Senders:
         settings: DispatcherSettings,
         rng: random.Random,
         wake: asyncio.Event,
-        returned: Callable[[Mapping[Key, int]], None],
+        returned: Callable[[Mapping[Pair, int]], None],
     ) -> None:
         self._work = work
         self._store = store

@@ -22,9 +22,9 @@ from engine.core.clock import Clock
 from engine.dispatch.settings import DispatcherSettings
 from engine.store import Leased
 
-__all__ = ["Entry", "Key", "WorkQueue"]
+__all__ = ["Entry", "Pair", "WorkQueue"]
 
-Key = tuple[int, int]  # (tenant id, provider id)
+Pair = tuple[int, int]  # (tenant id, provider id)
 Entry = tuple[tuple[Leased, ...], float]  # a parcel of one key's leases, when its tokens were taken
 
 
@@ -40,8 +40,8 @@ class WorkQueue:
         self._tickets: collections.deque[bool | None] = collections.deque()
         self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
         # Per key, in turn (the next one first): parcels holding tokens, then the others.
-        self._paced: dict[Key, collections.deque[Entry]] = {}
-        self._lines: dict[Key, collections.deque[Entry]] = {}
+        self._paced: dict[Pair, collections.deque[Entry]] = {}
+        self._lines: dict[Pair, collections.deque[Entry]] = {}
         self._count = 0  # parcels waiting
         self.paced = 0  # parcels waiting that hold tokens
         self._leases = 0  # leases waiting
@@ -103,7 +103,7 @@ class WorkQueue:
             free += sum(1 for began, _ in self._sending.values() if began <= due)
         return free * per if free * per < settings.batch else settings.batch  # min(), no call
 
-    def put(self, key: Key, leases: Sequence[Leased], taken_at: float, *, paced: bool) -> None:
+    def put(self, key: Pair, leases: Sequence[Leased], taken_at: float, *, paced: bool) -> None:
         """``leases`` of ``key`` (their tokens taken at ``taken_at``), as one parcel."""
         lines = self._paced if paced else self._lines
         line = lines.get(key)

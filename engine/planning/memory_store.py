@@ -15,9 +15,9 @@ import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from engine.core.circuit import Health, closed
 from engine.core.domain import BucketKey, Limit, NotificationState, Outcome
-from engine.core.health import Health, closed
-from engine.store.health import Transition
+from engine.store.circuits import Transition
 from engine.store.reads import DUE_CAP
 from engine.store.records import (
     Completion,
@@ -29,9 +29,9 @@ from engine.store.records import (
     TenantRecord,
 )
 
-__all__ = ["MemoryConfig", "MemoryHealth", "MemoryQueue", "PlanLedger", "PlanStore"]
+__all__ = ["MemoryCircuits", "MemoryConfig", "MemoryQueue", "PlanLedger", "PlanStore"]
 
-Key = tuple[int, int]  # (tenant id, provider id)
+Pair = tuple[int, int]  # (tenant id, provider id)
 # A due row's place in its key's heap, one int: ``row id - priority * _ID_SPAN`` orders as
 # ``(-priority, row id)`` (ids stay below the span) and compares in C as one number, where a
 # tuple compares item by item: a claim pops one each time.
@@ -166,9 +166,9 @@ class MemoryQueue:
         self._ledger = ledger
         self._max_attempts = max_attempts
         self._rows: dict[int, _Row] = {}  # queued and leased ones; finished ones are dropped
-        self._due: dict[Key, list[int]] = {}  # heap of places (see ``_ID_SPAN``), due now
-        self._later: dict[Key, list[tuple[float, int]]] = {}  # heap of (available_at, id)
-        self._queued: dict[Key, int] = {}
+        self._due: dict[Pair, list[int]] = {}  # heap of places (see ``_ID_SPAN``), due now
+        self._later: dict[Pair, list[tuple[float, int]]] = {}  # heap of (available_at, id)
+        self._queued: dict[Pair, int] = {}
         self._next_id = 1
 
     def add(
@@ -191,7 +191,7 @@ class MemoryQueue:
         self._queued[key] = self._queued.get(key, 0) + n
         self._ledger.enqueued(tenant_id, n, now)
 
-    def _promote(self, key: Key, now: float) -> None:
+    def _promote(self, key: Pair, now: float) -> None:
         later = self._later.get(key)
         if not later:
             return
@@ -223,7 +223,7 @@ class MemoryQueue:
             found.append(DueKey(key[0], key[1], due, next_at, queued))
         return found
 
-    async def queued_counts(self, share: Share | None = None) -> dict[Key, int]:
+    async def queued_counts(self, share: Share | None = None) -> dict[Pair, int]:
         """The kept counts; a plan's one dispatcher never asks for a ``share``."""
         assert share is None, "a plan has one worker"
         return {key: n for key, n in self._queued.items() if n > 0}
@@ -323,8 +323,8 @@ class MemoryQueue:
         return f"MemoryQueue(queued={queued}, kept={len(self._rows)})"
 
 
-class MemoryHealth:
-    """The ``HealthBook``: every provider's circuit, closed until a transition opens it."""
+class MemoryCircuits:
+    """The ``CircuitBook``: every provider's circuit, closed until a transition opens it."""
 
     def __init__(self, names: Mapping[int, str]) -> None:
         self._names = dict(names)
@@ -376,7 +376,7 @@ class PlanStore:
     def __init__(self, config: MemoryConfig, ledger: PlanLedger, *, max_attempts: int) -> None:
         self.config = config
         self.queue = MemoryQueue(ledger, max_attempts=max_attempts)
-        self.health = MemoryHealth({p.id: p.name for p in config.provider_list})
+        self.circuits = MemoryCircuits({p.id: p.name for p in config.provider_list})
 
     def __repr__(self) -> str:
         return f"PlanStore({self.queue!r})"

@@ -36,7 +36,7 @@ from engine.providers.base import Provider, ProviderConfig, ProviderFactory
 from engine.providers.simulated import SimulatedProvider
 from engine.store import Completion
 from engine.store.records import PairLimit, ProviderRecord, TenantRecord
-from engine.views.telemetry import Telemetry, percentile
+from engine.telemetry.figures import Telemetry, percentile
 
 __all__ = ["DEFAULT_HORIZON_S", "Arrival", "PlanSetup", "run_plan"]
 

@@ -41,10 +41,11 @@ class Provider(Protocol):
 
     Every call carries the message's idempotency key, so a redelivery is recognisable downstream.
 
-    Say whose fault a failure is, so that the provider's circuit breaker (engine/core/health.py) can
-    stop sending while the provider itself is down: ``SendResult.unavailable(detail)`` when the
-    provider could not take any message (no connection, TLS, a failed login, a timeout): the
-    notification stays queued, spends no attempt and is never dead for it; and
+    Say whose fault a failure is, so that the provider's circuit breaker
+    (engine/core/circuit.py) can stop sending while the provider itself is down:
+    ``SendResult.unavailable(detail)`` when the provider could not take any message (no
+    connection, TLS, a failed login, a timeout): the notification stays queued, spends no
+    attempt and is never dead for it; and
     ``SendResult.transient(detail, provider_fault=True)`` for a failure the provider reported
     (a 5xx): the attempt is spent, and a run of them opens the circuit all the same. Anything
     about one message (a refused recipient, a 4xx) stays ``permanent`` or ``transient``. Every

@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from engine.core.circuit import CircuitSettings
 from engine.core.errors import ConfigError
-from engine.core.health import CircuitSettings
 from engine.providers._options import Options
 from engine.providers.base import ProviderConfig, ProviderFactory
 

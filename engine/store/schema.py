@@ -211,7 +211,7 @@ chore_leases = sa.Table(
 
 # One row per provider whose circuit ever opened (migration 0004): what every process reads to
 # skip a provider that is down, and the lease of the one probe that tests it
-# (engine/core/health.py).
+# (engine/core/circuit.py).
 provider_health = sa.Table(
     "provider_health",
     metadata,

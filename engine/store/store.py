@@ -15,12 +15,12 @@ from engine.core.crypto import SecretBox
 from engine.core.errors import StoreError
 from engine.store.apikeys import ApiKeyRepo
 from engine.store.audit import AuditRepo
+from engine.store.circuits import CircuitsRepo
 from engine.store.config import ConfigRepo
 from engine.store.database import Database, masked_url, normalize_url
-from engine.store.glance import GlanceReads
-from engine.store.health import HealthRepo
 from engine.store.maintenance import MaintenanceRepo
 from engine.store.notify import listen
+from engine.store.overview import OverviewReads
 from engine.store.queue import QueueRepo
 from engine.store.requests import RequestRepo
 from engine.store.rotation import RotationRepo
@@ -59,10 +59,10 @@ class Store:
         self.audit = AuditRepo(self._db)
         self.queue = QueueRepo(self._db, box)
         self.stats = StatsRepo(self._db)
-        self.health = HealthRepo(self._db)
+        self.circuits = CircuitsRepo(self._db)
         self.maintenance = MaintenanceRepo(self._db)
         self.rotation = RotationRepo(self._db, box)
-        self.glance = GlanceReads(self._db, box)
+        self.overview = OverviewReads(self._db, box)
         self.apikeys = ApiKeyRepo(self._db)  # a console's reads over many tenants
         self.requests = RequestRepo(self._db)  # the HTTP API's idempotency keys
         self.suppressions = SuppressionRepo(self._db, box)  # each tenant's suppression list

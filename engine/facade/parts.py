@@ -1,8 +1,9 @@
-"""The engine's parts, built once and shared by the pieces of its API.
+"""What the parts of ``Engine`` share, built once: the store, the directory, the dispatcher,
+the telemetry and the clock (``EngineParts``), and the engine's settings.
 
-``Engine`` is put together from ``ConfigApi``, ``NotificationsApi`` and ``RetentionApi`` on top
-of ``EngineParts``: each piece is one job in one module, and all of them work on the same store,
-directory, dispatcher and clock.
+Each ``*Part`` of ``engine/facade/`` is one job in one module on top of ``EngineParts``, and
+imports no other part; ``Engine`` (``engine/facade/engine.py``, whose docstring is the menu)
+puts them together.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from engine.dispatch.dispatcher import Dispatcher, DispatcherSettings
 from engine.limits.limiter import Limiter
 from engine.providers.base import ProviderFactory
 from engine.store import Store
-from engine.views.telemetry import Telemetry
+from engine.telemetry.figures import Telemetry
 
 __all__ = ["EngineParts", "EngineSettings"]
 
@@ -122,7 +123,7 @@ class EngineParts:
         100,000 tenants), when ``force``d, or when the last load is ``anyway_after_s`` old;
         True when it loaded. The token is read first: a change made during the load is seen
         at the next call."""
-        token = await self.store.glance.config_token()
+        token = await self.store.overview.config_token()
         stale = self.clock.monotonic() - self._config_read_at >= anyway_after_s
         if not (force or stale or token != self._config_token):
             return False

@@ -33,7 +33,7 @@ from engine.store.schema import (
     tenants,
 )
 
-__all__ = ["GlanceReads", "QueueOverview"]
+__all__ = ["OverviewReads", "QueueOverview"]
 
 N = notifications
 C = queue_counts
@@ -55,7 +55,7 @@ class QueueOverview:
     oldest_enqueued_at: float | None
 
 
-class GlanceReads:
+class OverviewReads:
     def __init__(self, db: Database, box: SecretBox) -> None:
         self._db = db
         self._box = box

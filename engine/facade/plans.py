@@ -15,9 +15,9 @@ import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from engine.api.parts import EngineParts
 from engine.core.domain import Outcome
 from engine.core.errors import ConfigError, NotFound
+from engine.facade.parts import EngineParts
 from engine.planning.model import (
     BacklogTraffic,
     BurstTraffic,
@@ -37,14 +37,14 @@ from engine.store import ProviderRecord, SendSample
 if TYPE_CHECKING:  # the planner is loaded by the first plan: other commands start without it
     from engine.planning.planner import Arrival, PlanSetup
 
-__all__ = ["MAX_PLANNED", "PlanApi"]
+__all__ = ["MAX_PLANNED", "PlansPart"]
 
 MAX_PLANNED = 2_000_000  # notifications in one plan
 _SAMPLE = 5_000  # recent sends read to model the real providers
 _MIN_OBSERVED = 20  # fewer sends of a provider than this, and its model is assumed
 
 
-class PlanApi(EngineParts):
+class PlansPart(EngineParts):
     async def plan(
         self,
         traffic: Traffic,

@@ -7,14 +7,14 @@ workers see.
 
 from __future__ import annotations
 
-from engine.api.parts import EngineParts
+from engine.core.circuit import CircuitState, ProviderHealth
 from engine.core.errors import NotFound
-from engine.core.health import CircuitState, ProviderHealth
+from engine.facade.parts import EngineParts
 
-__all__ = ["HealthApi"]
+__all__ = ["CircuitsPart"]
 
 
-class HealthApi(EngineParts):
+class CircuitsPart(EngineParts):
     async def provider_health(self) -> dict[str, ProviderHealth]:
         """Every provider's circuit by provider name, as the store has it now (one row per
         provider); the engine's own view is brought up to date as well."""

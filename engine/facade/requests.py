@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.api.parts import EngineParts
 from engine.core.domain import Limit, NotificationState
 from engine.core.errors import ConfigError, NotFound
+from engine.facade.parts import EngineParts
 from engine.store import NotificationView, RequestClaim, TenantRecord
 
-__all__ = ["FrontDoorApi", "TenantLimits"]
+__all__ = ["RequestsPart", "TenantLimits"]
 
 # A claim's lease: how long a request may be under way before a repeat takes its key over
 # (its server died). Requests finish in milliseconds; a retry after a restart waits at most this.
@@ -33,7 +33,7 @@ class TenantLimits:
     max_queued: int | None
 
 
-class FrontDoorApi(EngineParts):
+class RequestsPart(EngineParts):
     async def notification(self, tenant: str, notification_id: int) -> NotificationView:
         """The tenant's notification ``notification_id``; another tenant's id is not found,
         in the same words as a missing one."""
@@ -80,7 +80,7 @@ class FrontDoorApi(EngineParts):
 
     async def ready(self) -> None:
         """Return when the store answers a read; raise StoreUnavailable when it does not."""
-        await self.store.glance.config_token()
+        await self.store.overview.config_token()
 
     def provider_name(self, provider_id: int) -> str:
         """The name of the provider with store id ``provider_id`` (as loaded last)."""

@@ -5,9 +5,8 @@ Qt loop through qasync, the CLI on a plain asyncio loop; it installs no signal h
 never looks the loop up before it runs on one.
 
 This module holds the lifecycle (start, pause, stop, the supervised background tasks) and the
-running engine's figures; configuration, notifications, retention and key rotation are in
-``config_api``, ``notifications_api``, ``retention_api`` and ``keys_api``, the parts they
-share in ``parts``.
+running engine's figures; ``Engine``'s docstring is the menu of everything it offers, each
+family with the module of the façade (``engine/facade/``) that holds it.
 """
 
 from __future__ import annotations
@@ -22,27 +21,27 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Self
 
-from engine.api.apikeys import ApiKeyApi
-from engine.api.config import ConfigApi
-from engine.api.front import FrontDoorApi
-from engine.api.glance import GlanceApi
-from engine.api.health import HealthApi
-from engine.api.keys import KeysApi
-from engine.api.notifications import NotificationsApi
-from engine.api.parts import EngineSettings
-from engine.api.plan import PlanApi
-from engine.api.retention import RetentionApi
-from engine.api.suppressions import SuppressionApi
 from engine.core.clock import Clock
 from engine.core.domain import NotificationState, Outcome
 from engine.core.errors import OmniPostError
+from engine.facade.api_keys import ApiKeysPart
+from engine.facade.circuits import CircuitsPart
+from engine.facade.configuration import ConfigurationPart
+from engine.facade.notifications import NotificationsPart
+from engine.facade.overview import OverviewPart
+from engine.facade.parts import EngineSettings
+from engine.facade.plans import PlansPart
+from engine.facade.requests import RequestsPart
+from engine.facade.retention import RetentionPart
+from engine.facade.rotation import RotationPart
+from engine.facade.suppressions import SuppressionsPart
 from engine.limits.limiter import Limiter
 from engine.planning.simulate import Pattern, SimulationProgress, run_simulation, schedule
 from engine.providers.base import ProviderFactory
 from engine.store import Store, WorkerRecord
-from engine.views.glance import Glance
-from engine.views.glance_model import SnapshotView
-from engine.views.telemetry import Counters, Snapshot, build_snapshot
+from engine.telemetry.figures import Counters, Snapshot, build_snapshot
+from engine.telemetry.snapshot_view import SnapshotView
+from engine.telemetry.snapshots import SnapshotReads
 
 __all__ = ["Engine", "EngineSettings", "EngineState", "SimulationProgress"]
 
@@ -65,17 +64,48 @@ class EngineState(enum.StrEnum):
 
 
 class Engine(
-    ConfigApi,
-    NotificationsApi,
-    RetentionApi,
-    KeysApi,
-    HealthApi,
-    PlanApi,
-    GlanceApi,
-    ApiKeyApi,
-    FrontDoorApi,
-    SuppressionApi,
+    ConfigurationPart,
+    NotificationsPart,
+    RetentionPart,
+    RotationPart,
+    CircuitsPart,
+    PlansPart,
+    OverviewPart,
+    ApiKeysPart,
+    RequestsPart,
+    SuppressionsPart,
 ):
+    """The engine's one face. Every public method and property, by family, each with the
+    module of ``engine/facade/`` that holds it (tests/test_architecture.py keeps this true):
+
+    - lifecycle (``engine``): ``open`` ``close`` ``start`` ``pause`` ``resume`` ``stop``
+      ``restart`` ``wait_stopped`` ``follow_config`` ``run_until_empty`` ``simulate``
+      ``concurrency`` ``set_concurrency``
+    - figures (``engine``): ``snapshot`` ``totals`` ``recent_outcomes`` ``store_url``
+      ``limiter_backend``
+    - configuration (``configuration``): ``tenants`` ``tenant_page`` ``add_tenant``
+      ``update_tenant`` ``import_tenants`` ``providers`` ``add_provider`` ``update_provider``
+      ``check_provider`` ``check_names`` ``limits`` ``pair_limits`` ``pair_limits_of``
+      ``set_pair_limit`` ``workers`` ``audit_entries``
+    - overview (``overview``): ``applied_config`` ``config_token`` ``deliveries_after``
+      ``newest_notifications``
+    - notifications (``notifications``): ``enqueue`` ``enqueue_many`` ``notifications``
+      ``deliveries`` ``cancel`` ``dead`` ``retry_dead`` ``retry_dead_counts``
+      ``discard_dead`` ``test_send``
+    - requests of HTTP callers, one tenant each (``requests``): ``tenant`` ``tenant_limits``
+      ``notification`` ``notification_page`` ``queued_count`` ``provider_known``
+      ``provider_name`` ``ready`` ``claim_request`` ``finish_request`` ``abandon_request``
+    - API keys (``api_keys``): ``api_keys`` ``create_api_key`` ``check_api_key``
+      ``revoke_api_key``
+    - suppressions (``suppressions``): ``suppressions`` ``suppress`` ``suppress_counts``
+      ``unsuppress`` ``unsuppress_ids``
+    - circuits (``circuits``): ``provider_health`` ``held_by_circuits`` ``resume_provider``
+    - retention (``retention``): ``retention`` ``set_retention`` ``prune`` ``last_pruned_at``
+      ``store_size``
+    - rotation of the encryption keys (``rotation``): ``rotate_keys``
+    - plans (``plans``): ``plan`` ``plan_setup``
+    """
+
     def __init__(
         self,
         store: Store,
@@ -99,7 +129,7 @@ class Engine(
         self._tasks: list[asyncio.Task[None]] = []
         self._started_at = 0.0
         self._stopped = asyncio.Event()
-        self._glance = Glance()
+        self._snapshots = SnapshotReads()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -344,11 +374,12 @@ class Engine(
     ) -> Snapshot:
         """This engine's figures now. Without ``view``: the queue of every tenant and every
         bucket's level (``omnipost stats``, the metrics), a cost that grows with the tenants.
-        With ``view``: only what it shows (``engine.views.glance``): picked buckets, the named and
-        deepest tenants, totals read every ``view.totals_every_s``; a cost that follows the
-        view. ``with_workers`` also lists the live workers' ids (one more read of the store)."""
+        With ``view``: only what it shows (``engine.telemetry.snapshots``): picked buckets, the
+        named and deepest tenants, totals read every ``view.totals_every_s``; a cost that
+        follows the view. ``with_workers`` also lists the live workers' ids (one more read of
+        the store)."""
         if view is not None:
-            return await self._glanced(view, with_workers)
+            return await self._snapshot_of(view, with_workers)
         depth = await self.store.queue.depth()
         now = self.clock.wall()
         workers = [w.id for w in await self.workers()] if with_workers else []
@@ -368,9 +399,9 @@ class Engine(
             health=self.dispatcher.circuits.view(),
         )
 
-    async def _glanced(self, view: SnapshotView, with_workers: bool) -> Snapshot:
+    async def _snapshot_of(self, view: SnapshotView, with_workers: bool) -> Snapshot:
         directory = self.directory
-        read = await self._glance.read(
+        read = await self._snapshots.read(
             view,
             store=self.store,
             limiter=self.limiter,

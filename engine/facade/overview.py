@@ -9,11 +9,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from engine.api.parts import EngineParts
 from engine.core.domain import BucketKey, Limit, NotificationState
+from engine.facade.parts import EngineParts
 from engine.store import DeliveryEntry, NotificationView, TenantRecord
 
-__all__ = ["AppliedConfig", "GlanceApi"]
+__all__ = ["AppliedConfig", "OverviewPart"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,11 +31,11 @@ class AppliedConfig:
 QUEUED_FROM_TENANTS = 20  # queued notifications across tenants: of this many deepest tenants
 
 
-class GlanceApi(EngineParts):
+class OverviewPart(EngineParts):
     async def deliveries_after(self, after_id: int, *, limit: int = 200) -> list[DeliveryEntry]:
         """The newest ``limit`` send attempts of any tenant after ``after_id``, newest first:
         one read, however many tenants sent."""
-        return await self.store.glance.deliveries_after(after_id, limit=limit)
+        return await self.store.overview.deliveries_after(after_id, limit=limit)
 
     async def newest_notifications(
         self, state: NotificationState | None, *, limit: int = 200
@@ -49,13 +49,13 @@ class GlanceApi(EngineParts):
         found: list[NotificationView] = []
         for one in states:
             if one is NotificationState.QUEUED:
-                overview = await self.store.glance.overview(QUEUED_FROM_TENANTS)
+                overview = await self.store.overview.overview(QUEUED_FROM_TENANTS)
                 for tenant_id, _queued in overview.deepest:
                     found += await self.store.queue.list_by_tenant(
                         tenant_id, state=one, limit=limit
                     )
             else:
-                found += await self.store.glance.newest_in_state(one, limit)
+                found += await self.store.overview.newest_in_state(one, limit)
         found.sort(key=lambda v: v.id, reverse=True)
         return found[:limit]
 
@@ -75,4 +75,4 @@ class GlanceApi(EngineParts):
     async def config_token(self) -> tuple[int, ...]:
         """A value that changes whenever tenants, providers or limits change (the newest audit
         entry, and how many of each there are): four aggregates, however many tenants."""
-        return await self.store.glance.config_token()
+        return await self.store.overview.config_token()

@@ -8,12 +8,12 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from engine.core.circuit import ProviderHealth
 from engine.core.clock import Clock
 from engine.core.domain import BucketLevel, NotificationState, Outcome
-from engine.core.health import ProviderHealth
 from engine.store.records import Completion, DepthRow, ProviderRecord, TenantRecord
-from engine.views.activity import Activity
-from engine.views.glance_model import BucketPicks, QueueTotals
+from engine.telemetry.activity import Activity
+from engine.telemetry.snapshot_view import BucketPicks, QueueTotals
 
 __all__ = [
     "DELIVERY_BOUNDS_S",

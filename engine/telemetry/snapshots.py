@@ -8,10 +8,10 @@
   activity's rates, those matching the view's name filter (at most ``matched``) and the named
   tenants' own, through ``Limiter.levels(keys)``;
 - the depth of the named tenants and of the deepest ones: their rows of the kept counts and
-  one index entry each (``GlanceReads.depth_of``);
+  one index entry each (``OverviewReads.depth_of``);
 - every ``totals_every_s``: the totals and the choice of the deepest tenants
-  (``GlanceReads.overview``, a pass over the kept counts inside the database); with no
-  deepest tenants asked for, the totals per state alone (``GlanceReads.totals``).
+  (``OverviewReads.overview``, a pass over the kept counts inside the database); with no
+  deepest tenants asked for, the totals per state alone (``OverviewReads.totals``).
 
 The name filter's matches are worked out once per filter text and configuration.
 """
@@ -26,12 +26,19 @@ from dataclasses import dataclass, replace
 from engine.core.domain import BucketKey, BucketLevel, Limit, NotificationState
 from engine.limits.limiter import Limiter
 from engine.store import DepthRow, Store, TenantRecord
-from engine.store.glance import QueueOverview
-from engine.views.activity import Activity
-from engine.views.glance_model import BucketPick, BucketPicks, QueueTotals, SnapshotView
-from engine.views.telemetry import TenantDepth, tenant_depths
+from engine.store.overview import QueueOverview
+from engine.telemetry.activity import Activity
+from engine.telemetry.figures import TenantDepth, tenant_depths
+from engine.telemetry.snapshot_view import BucketPick, BucketPicks, QueueTotals, SnapshotView
 
-__all__ = ["Glance", "GlanceRead", "candidates", "fill_counts", "levels_of", "pick_buckets"]
+__all__ = [
+    "SnapshotRead",
+    "SnapshotReads",
+    "candidates",
+    "fill_counts",
+    "levels_of",
+    "pick_buckets",
+]
 
 RECENT_PAIRS = 192  # pairs that sent last whose buckets are read for the emptiest
 RATED_PAIRS = 512  # pairs that sent last whose rates are summed for the busiest
@@ -40,7 +47,7 @@ FULL = 0.999  # a bucket at least this full is not "emptiest"
 
 
 @dataclass(frozen=True, slots=True)
-class GlanceRead:
+class SnapshotRead:
     """What one view's snapshot read: depth rows of the tenants it covers and their names,
     the levels to show, the picks, the totals and the deepest tenants."""
 
@@ -109,7 +116,7 @@ def pick_buckets(
     )
 
 
-class Glance:
+class SnapshotReads:
     """The caches behind a view's snapshots (one per engine): the last overview and when it
     was read, the name filter's matches, the tenant ids by name, last time's emptiest."""
 
@@ -136,7 +143,7 @@ class Glance:
         providers: Iterable[str],
         now: float,
         wall: float,
-    ) -> GlanceRead:
+    ) -> SnapshotRead:
         """Read what ``view`` shows (see the module's docstring) with the configuration
         ``limits``, ``tenants`` (by id) and ``providers`` (names); ``now`` is monotonic s,
         ``wall`` unix s."""
@@ -144,7 +151,7 @@ class Glance:
         ids = self._tenant_ids(tenants)
         named = [ids[name] for name in view.tenants if name in ids]
         deep_ids = [t for t, _n in overview.deepest]
-        rows = await store.glance.depth_of([*named, *deep_ids])
+        rows = await store.overview.depth_of([*named, *deep_ids])
         names = {t: tenants[t].name if t in tenants else str(t) for t in {*named, *deep_ids}}
         depth = {d.tenant: d for d in tenant_depths(rows, names, wall)}
         ranked = sorted((d for d in depth.values() if d.queued), key=lambda d: -d.queued)
@@ -171,7 +178,7 @@ class Glance:
         self._low = tuple(p.level.key for p in picks.emptiest)
         shown = {p.level.key for p in (*picks.emptiest, *picks.busiest, *picks.matching)}
         shown |= set(own)
-        return GlanceRead(
+        return SnapshotRead(
             depth_rows=rows,
             tenant_names=names,
             levels=tuple(lv for lv in levels if lv.key in shown),
@@ -188,8 +195,8 @@ class Glance:
         kept = self._overviews.get(view.deepest)
         if kept is not None and now - kept[0] < view.totals_every_s:
             return kept[2], kept[1]
-        glance = store.glance
-        overview = await (glance.overview(view.deepest) if view.deepest else glance.totals())
+        reads = store.overview
+        overview = await (reads.overview(view.deepest) if view.deepest else reads.totals())
         if len(self._overviews) >= 8:  # a console whose view changed many times
             self._overviews.clear()
         self._overviews[view.deepest] = (now, wall, overview)

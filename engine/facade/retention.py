@@ -9,19 +9,19 @@ import logging
 import random
 from collections.abc import Callable
 
-from engine.api.parts import EngineParts
 from engine.core.errors import OmniPostError
 from engine.core.retention import PruneReport, Retention
+from engine.facade.parts import EngineParts
 from engine.store import StoreSize
 
-__all__ = ["RetentionApi"]
+__all__ = ["RetentionPart"]
 
-log = logging.getLogger("engine.engine")  # where these lines were logged before the split
+log = logging.getLogger("engine.facade.engine")  # where these lines were logged before the split
 
 _PRUNE = "prune"  # the chore lease's name
 
 
-class RetentionApi(EngineParts):
+class RetentionPart(EngineParts):
     async def retention(self) -> Retention:
         """The store's retention windows, as every process sharing the store applies them."""
         return await self.store.maintenance.retention()

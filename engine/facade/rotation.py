@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import logging
 
-from engine.api.parts import EngineParts
 from engine.core.errors import ConfigError, OmniPostError
+from engine.facade.parts import EngineParts
 from engine.store.rotation import Progress, RotationReport
 
-__all__ = ["KeysApi"]
+__all__ = ["RotationPart"]
 
-log = logging.getLogger("engine.engine")
+log = logging.getLogger("engine.facade.engine")
 
 DEFAULT_BATCH = 500
 
 
-class KeysApi(EngineParts):
+class RotationPart(EngineParts):
     async def rotate_keys(
         self,
         *,

@@ -7,18 +7,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engine.api.parts import EngineParts
 from engine.core.domain import check_recipient_and_key
 from engine.core.errors import ConfigError
+from engine.facade.parts import EngineParts
 from engine.store import SuppressionRecord
 from engine.store.suppressions import REASON_MAX
 
-__all__ = ["MAX_SUPPRESSION_PAGE", "SuppressionApi"]
+__all__ = ["MAX_SUPPRESSION_PAGE", "SuppressionsPart"]
 
 MAX_SUPPRESSION_PAGE = 1000
 
 
-class SuppressionApi(EngineParts):
+class SuppressionsPart(EngineParts):
     async def suppressions(
         self,
         tenant: str,

@@ -1,4 +1,4 @@
-"""Provider health in the store: the circuit every process shares (engine/core/health.py).
+"""Provider health in the store: the circuit every process shares (engine/core/circuit.py).
 
 Reads are bounded: one row per provider. Every change is a read-modify-write of one row in one
 write transaction, the row locked (``FOR UPDATE`` on Postgres; SQLite's ``BEGIN IMMEDIATE``
@@ -14,20 +14,20 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from engine.core.circuit import CircuitState, Health, ProviderHealth, closed
 from engine.core.errors import NotFound
-from engine.core.health import CircuitState, Health, ProviderHealth, closed
 from engine.store.audit import write_audit
 from engine.store.database import Database
 from engine.store.schema import provider_health, providers
 
-__all__ = ["HealthRepo", "Transition"]
+__all__ = ["CircuitsRepo", "Transition"]
 
 H = provider_health
 # Computes the row after a change from the row before; None leaves it as it is.
 Transition = Callable[[Health], Health | None]
 
 
-class HealthRepo:
+class CircuitsRepo:
     def __init__(self, db: Database) -> None:
         self._db = db
         self._insert = db.insert

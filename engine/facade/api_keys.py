@@ -15,11 +15,11 @@ import re
 import secrets
 from collections.abc import Iterable
 
-from engine.api.parts import EngineParts
 from engine.core.errors import ConfigError
+from engine.facade.parts import EngineParts
 from engine.store import ApiKeyRecord
 
-__all__ = ["API_KEY_SCOPES", "ApiKeyApi", "parse_scope"]
+__all__ = ["API_KEY_SCOPES", "ApiKeysPart", "parse_scope"]
 
 API_KEY_SCOPES = ("send", "read")  # send: enqueue and cancel; read: look at notifications, limits
 _PREFIX = "op_"
@@ -49,7 +49,7 @@ def _digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-class ApiKeyApi(EngineParts):
+class ApiKeysPart(EngineParts):
     async def create_api_key(
         self, tenant: str, *, name: str = "", scope: Iterable[str] = API_KEY_SCOPES
     ) -> tuple[ApiKeyRecord, str]:

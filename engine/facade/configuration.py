@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 
-from engine.api.parts import EngineParts
 from engine.core.domain import UNSET, BucketKey, Limit, Unset, validate_name
 from engine.core.errors import ConfigError, NotFound
+from engine.facade.parts import EngineParts
 from engine.providers.base import ProviderConfig
 from engine.store import (
     AuditEntry,
@@ -24,10 +24,10 @@ from engine.store import (
     WorkerRecord,
 )
 
-__all__ = ["ConfigApi"]
+__all__ = ["ConfigurationPart"]
 
 
-class ConfigApi(EngineParts):
+class ConfigurationPart(EngineParts):
     async def add_tenant(
         self, name: str, limit: Limit | None = None, *, enabled: bool = True
     ) -> TenantRecord:

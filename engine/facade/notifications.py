@@ -8,7 +8,6 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from engine.api.parts import EngineParts
 from engine.core.domain import (
     Message,
     NotificationState,
@@ -16,9 +15,10 @@ from engine.core.domain import (
     check_recipients_and_keys,
 )
 from engine.core.errors import ConfigError, NotFound
+from engine.facade.parts import EngineParts
 from engine.store import DeliveryEntry, EnqueueResult, NewNotification, NotificationView
 
-__all__ = ["TEST_PAYLOAD", "NotificationsApi"]
+__all__ = ["TEST_PAYLOAD", "NotificationsPart"]
 
 # What ``test_send`` sends when given no payload: every built-in kind finds its text in it (an
 # email's subject and text, an SMS's body, a push's title and body).
@@ -49,7 +49,7 @@ def new_keys(n: int) -> list[str]:
     return [text[start : start + 32] for start in range(0, 32 * n, 32)]
 
 
-class NotificationsApi(EngineParts):
+class NotificationsPart(EngineParts):
     async def enqueue(
         self,
         tenant: str,
