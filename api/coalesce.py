@@ -18,15 +18,13 @@ import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from engine import Engine, EnqueueResult, StoreError
+from engine import Engine, EnqueueItem, EnqueueResult, StoreError
 
 __all__ = ["MAX_ROWS", "ROUND_ROWS", "Coalescer"]
 
 log = logging.getLogger(__name__)
 
-Row = tuple[str, str, dict[str, Any], str | None, int]
 MAX_ROWS = 5000  # rows of one tenant in one transaction
 ROUND_ROWS = 500  # rows a Postgres writer takes at once (see Coalescer.round_rows)
 
@@ -34,7 +32,7 @@ ROUND_ROWS = 500  # rows a Postgres writer takes at once (see Coalescer.round_ro
 @dataclass
 class _Ask:
     tenant: str
-    rows: Sequence[Row]
+    rows: Sequence[EnqueueItem]
     answer: asyncio.Future[list[EnqueueResult]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -62,7 +60,7 @@ class Coalescer:
         self._writing: set[asyncio.Task[None]] = set()
         self.rounds = 0  # transactions written (for the benchmarks)
 
-    async def enqueue(self, tenant: str, rows: Sequence[Row]) -> list[EnqueueResult]:
+    async def enqueue(self, tenant: str, rows: Sequence[EnqueueItem]) -> list[EnqueueResult]:
         ask = _Ask(tenant, rows)
         self._waiting.append(ask)
         if len(self._writing) < self.writers:

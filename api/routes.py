@@ -35,7 +35,9 @@ from api.models import (
 from api.problems import PROBLEM_JSON, ProblemError
 from engine import (
     ClaimKind,
+    EnqueueItem,
     EnqueueResult,
+    ItemRefused,
     Limit,
     NotCancellable,
     NotificationState,
@@ -179,14 +181,9 @@ async def _queue(
     items: list[NewNotification],
     idempotency_key: str | None,
 ) -> dict[str, Any]:
-    """Check every item, then queue them all in one transaction."""
+    """Queue every item in one transaction, or none: the engine refuses an item it cannot
+    queue (a provider that is not configured) by its index and field, said here as a 422."""
     batch = isinstance(body, Batch)
-    # Each name once, in the order of its first item (a batch names a few, again and again).
-    for provider in dict.fromkeys(item.provider for item in items):
-        if not await door.engine.provider_known(provider):
-            index = next(i for i, item in enumerate(items) if item.provider == provider)
-            name = f"notifications[{index}].provider" if batch else "provider"
-            raise ProblemError(422, f"{name}: there is no provider named {provider!r}.", field=name)
     tenant = await door.tenant(caller.tenant)
     cap = door.max_queued(tenant)
     queued = await door.queued(caller.tenant)
@@ -200,7 +197,7 @@ async def _queue(
         )
     derived = hashlib.sha256(idempotency_key.encode()).hexdigest()[:32] if idempotency_key else None
     rows = [
-        (
+        EnqueueItem(
             item.provider,
             item.recipient,
             item.payload,
@@ -209,7 +206,11 @@ async def _queue(
         )
         for index, item in enumerate(items)
     ]
-    results = await door.coalescer.enqueue(caller.tenant, rows)
+    try:
+        results = await door.coalescer.enqueue(caller.tenant, rows)
+    except ItemRefused as refused:
+        name = f"notifications[{refused.index}].{refused.field}" if batch else refused.field
+        raise ProblemError(422, f"{name}: {refused.reason}", field=name) from None
     door.added(caller.tenant, sum(not (r.duplicate or r.suppressed) for r in results))
     answers = [_queued(item, result) for item, result in zip(items, results, strict=True)]
     for answer, result in zip(answers, results, strict=True):

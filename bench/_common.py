@@ -29,6 +29,7 @@ from engine import (
     DispatcherSettings,
     Engine,
     EngineSettings,
+    EnqueueItem,
     Limit,
     Limiter,
     LocalLimiter,
@@ -247,7 +248,7 @@ async def fill(
     t0 = time.perf_counter()
     for start in range(0, count, chunk):
         items = [
-            ("noop", f"user{i}@example.com", {"i": i}, f"{tenant}-{i}", 0)
+            EnqueueItem("noop", f"user{i}@example.com", {"i": i}, f"{tenant}-{i}", 0)
             for i in range(start, min(count, start + chunk))
         ]
         await engine.enqueue_many(tenant, items)

@@ -51,7 +51,7 @@ from scale_queue import bulk_insert
 
 from app.console import application, run_on_qt_loop
 from app.wiring import build_engine, build_store
-from engine import Engine, Limit, SecretBox
+from engine import Engine, EnqueueItem, Limit, SecretBox
 from ui import Bridge, MainWindow, hush_offscreen_noise
 
 TENANTS = [f"t{i:02d}" for i in range(16)]
@@ -147,7 +147,7 @@ async def bench(
                 provider = PROVIDERS[i % 2]
                 for start in range(0, per_tenant, 500):
                     items = [
-                        (provider, f"u{n}@{name}.example", {"n": n}, f"b-{n}", 0)
+                        EnqueueItem(provider, f"u{n}@{name}.example", {"n": n}, f"b-{n}", 0)
                         for n in range(start, min(per_tenant, start + 500))
                     ]
                     await engine.enqueue_many(name, items)

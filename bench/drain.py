@@ -22,6 +22,7 @@ from engine import (
     DispatcherSettings,
     Engine,
     EngineSettings,
+    EnqueueItem,
     LocalLimiter,
     SecretBox,
     Store,
@@ -43,7 +44,7 @@ async def drain(url: str, count: int, concurrency: int) -> dict[str, float | int
             chunk = 1000
             for start in range(0, count, chunk):
                 items = [
-                    ("noop", f"user{i}@example.com", {"i": i}, f"k{i}", 0)
+                    EnqueueItem("noop", f"user{i}@example.com", {"i": i}, f"k{i}", 0)
                     for i in range(start, min(count, start + chunk))
                 ]
                 await engine.enqueue_many("bench", items)

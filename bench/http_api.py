@@ -46,7 +46,7 @@ from typing import Any
 import httpx
 from _common import PG_ADMIN, asyncpg_dsn, emit, fresh_pg, parser, pg_reachable
 
-from engine import BUILTIN_KINDS, Engine, LocalLimiter, SecretBox, Store, SystemClock
+from engine import BUILTIN_KINDS, Engine, EnqueueItem, LocalLimiter, SecretBox, Store, SystemClock
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCH = 100
@@ -198,13 +198,7 @@ async def measure_direct(url: str, seconds: float, concurrency: int) -> dict[str
         async with engine:
             await engine.add_tenant("bench")
             await engine.add_provider("sim", "simulated")
-            row: tuple[str, str, dict[str, Any], str | None, int] = (
-                "sim",
-                "ada@example.com",
-                PAYLOAD,
-                None,
-                0,
-            )
+            row = EnqueueItem("sim", "ada@example.com", PAYLOAD)
             rows = [row] * BATCH
             done = 0
             deadline = time.perf_counter() + seconds

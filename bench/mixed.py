@@ -33,7 +33,16 @@ import asyncpg
 from _common import asyncpg_dsn, emit, fresh_pg, log_level_warning, parser, pg_reachable
 from tenants import CONCURRENCY, PROVIDER_LIMIT, PROVIDERS, TENANT_LIMIT
 
-from engine import BUILTIN_KINDS, Engine, LocalLimiter, SecretBox, Store, SystemClock, TenantSpec
+from engine import (
+    BUILTIN_KINDS,
+    Engine,
+    EnqueueItem,
+    LocalLimiter,
+    SecretBox,
+    Store,
+    SystemClock,
+    TenantSpec,
+)
 from tests.cli_support import REPO, clean_env
 
 
@@ -57,12 +66,13 @@ async def prepare(url: str, key: str, args: Any, *, busy: bool) -> None:
             for i in range(small):
                 provider = PROVIDERS[i % len(PROVIDERS)]
                 items = [
-                    (provider, "u@example.com", {"j": j}, f"s-{j}", 0) for j in range(args.few)
+                    EnqueueItem(provider, "u@example.com", {"j": j}, f"s-{j}", 0)
+                    for j in range(args.few)
                 ]
                 await engine.enqueue_many(small_name(i), items)
             for i in range(args.big if busy else 0):
                 items = [
-                    (p, "u@example.com", {"j": j}, f"{p}-{j}", 0)
+                    EnqueueItem(p, "u@example.com", {"j": j}, f"{p}-{j}", 0)
                     for p in PROVIDERS
                     for j in range(deep)
                 ]

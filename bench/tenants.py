@@ -38,6 +38,7 @@ from _procs import peak_rss_mb
 from engine import (
     BUILTIN_KINDS,
     Engine,
+    EnqueueItem,
     Limit,
     LocalLimiter,
     SecretBox,
@@ -77,7 +78,7 @@ async def prepare(
             setup_s = time.perf_counter() - t0
             for i in range(tenants):
                 items = [
-                    (p, f"user{j}@example.com", {"j": j}, f"{p}-{j}", 0)
+                    EnqueueItem(p, f"user{j}@example.com", {"j": j}, f"{p}-{j}", 0)
                     for p in PROVIDERS
                     for j in range(per_key)
                 ]

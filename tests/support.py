@@ -16,9 +16,9 @@ from typing import Any, NoReturn
 
 import pytest
 
-from engine import Engine, Message, NotificationState, Store
+from engine import Engine, EnqueueItem, Message, NotificationState, Store
 from engine.core.domain import Outcome
-from engine.store import Completion, Leased, NewNotification
+from engine.store import Completion, Leased, NotificationRow
 
 __all__ = [
     "IN_CI",
@@ -120,8 +120,9 @@ async def enqueue_numbered(
 ) -> None:
     """Enqueue ``n`` notifications of ``tenant`` through ``provider``, ``chunk`` at a time:
     the ``i``-th keyed ``TENANT-i``, to ``useri@TENANT.example``, with the payload ``{"i": i}``."""
-    items: list[tuple[str, str, dict[str, Any], str | None, int]] = [
-        (provider, f"user{i}@{tenant}.example", {"i": i}, f"{tenant}-{i}", 0) for i in range(n)
+    items: list[EnqueueItem] = [
+        EnqueueItem(provider, f"user{i}@{tenant}.example", {"i": i}, f"{tenant}-{i}", 0)
+        for i in range(n)
     ]
     for start in range(0, n, chunk):
         await engine.enqueue_many(tenant, items[start : start + chunk])
@@ -153,10 +154,10 @@ def new_notification(
     priority: int = 0,
     available_at: float | None = None,
     max_attempts: int = 5,
-) -> NewNotification:
+) -> NotificationRow:
     """A notification for the store to enqueue, keyed ``key``, to ``KEY@example.com``, with the
     payload ``{"key": key}`` unless told otherwise."""
-    return NewNotification(
+    return NotificationRow(
         provider_id=provider_id,
         recipient=f"{key}@example.com",
         payload={"key": key} if payload is None else payload,

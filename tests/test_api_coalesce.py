@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from api.coalesce import Coalescer
-from engine import ConfigError
+from engine import ConfigError, EnqueueItem
 from tests.conftest import EngineFactory
 
 
@@ -24,8 +24,10 @@ async def test_requests_that_arrive_together_share_transactions(
     await engine.add_provider("sim", "simulated")
     coalescer = Coalescer(engine)
 
-    def rows(n: int, tenant: str) -> list[tuple[str, str, dict[str, object], str | None, int]]:
-        return [("sim", f"{tenant}{n}-{i}@x.y", {}, f"{tenant}-{n}-{i}", 0) for i in range(3)]
+    def rows(n: int, tenant: str) -> list[EnqueueItem]:
+        return [
+            EnqueueItem("sim", f"{tenant}{n}-{i}@x.y", {}, f"{tenant}-{n}-{i}", 0) for i in range(3)
+        ]
 
     asks = [(("acme", "beta")[n % 2], n) for n in range(40)]
     answers = await asyncio.gather(*(coalescer.enqueue(t, rows(n, t)) for t, n in asks))
@@ -45,10 +47,10 @@ async def test_a_shared_key_and_a_refused_request(make_engine: EngineFactory) ->
     await engine.add_provider("sim", "simulated")
     coalescer = Coalescer(engine)
     first, second, bad, after = await asyncio.gather(
-        coalescer.enqueue("acme", [("sim", "a@x.y", {}, "same", 0)]),
-        coalescer.enqueue("acme", [("sim", "b@x.y", {}, "same", 0)]),
-        coalescer.enqueue("acme", [("sim", "", {}, "empty", 0)]),  # no recipient
-        coalescer.enqueue("acme", [("sim", "c@x.y", {}, "other", 0)]),
+        coalescer.enqueue("acme", [EnqueueItem("sim", "a@x.y", {}, "same", 0)]),
+        coalescer.enqueue("acme", [EnqueueItem("sim", "b@x.y", {}, "same", 0)]),
+        coalescer.enqueue("acme", [EnqueueItem("sim", "", {}, "empty", 0)]),  # no recipient
+        coalescer.enqueue("acme", [EnqueueItem("sim", "c@x.y", {}, "other", 0)]),
         return_exceptions=True,
     )
     assert not isinstance(first, BaseException) and not isinstance(second, BaseException)
@@ -65,7 +67,10 @@ async def test_several_writers_at_once(make_engine: EngineFactory) -> None:
     await engine.add_provider("sim", "simulated")
     coalescer = Coalescer(engine, writers=4, max_rows=5)
     answers = await asyncio.gather(
-        *(coalescer.enqueue("acme", [("sim", f"u{n}@x.y", {}, f"k{n}", 0)] * 2) for n in range(30))
+        *(
+            coalescer.enqueue("acme", [EnqueueItem("sim", f"u{n}@x.y", {}, f"k{n}", 0)] * 2)
+            for n in range(30)
+        )
     )
     for n, results in enumerate(answers):
         assert [r.duplicate for r in results] == [False, True]  # the same key twice in one request
@@ -97,7 +102,10 @@ async def test_a_backlog_goes_to_several_writers_in_rounds_of_a_few_rows(
     engine.enqueue_many = watched  # type: ignore[method-assign,assignment]
     coalescer = Coalescer(engine, writers=3, round_rows=6)
     answers = await asyncio.gather(
-        *(coalescer.enqueue("acme", [("sim", f"u{n}@x.y", {}, f"k{n}", 0)] * 2) for n in range(30))
+        *(
+            coalescer.enqueue("acme", [EnqueueItem("sim", f"u{n}@x.y", {}, f"k{n}", 0)] * 2)
+            for n in range(30)
+        )
     )
     assert [len(a) for a in answers] == [2] * 30
     assert sum(rounds) == 60 and max(rounds) <= 6  # three requests of two rows at most
@@ -114,7 +122,9 @@ async def test_no_request_waits_for_good_when_its_writer_is_cancelled(
     await engine.add_provider("sim", "simulated")
     coalescer = Coalescer(engine, writers=writers)
     pending = [
-        asyncio.ensure_future(coalescer.enqueue("acme", [("sim", f"u{n}@x.y", {}, None, 0)]))
+        asyncio.ensure_future(
+            coalescer.enqueue("acme", [EnqueueItem("sim", f"u{n}@x.y", {}, None, 0)])
+        )
         for n in range(10)
     ]
     await asyncio.sleep(0)

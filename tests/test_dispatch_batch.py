@@ -15,6 +15,7 @@ import pytest
 from engine import (
     DispatcherSettings,
     EngineSettings,
+    EnqueueItem,
     FakeClock,
     Limit,
     Message,
@@ -152,7 +153,9 @@ async def test_each_message_of_a_batch_gets_its_own_outcome(
     engine = await engines.open(settings())
     await engine.add_tenant("mixed")
     await engine.add_provider("bulk", "bulk")
-    items = [("bulk", f"u{i}@x.example", {"fail": i % 3 == 0}, f"m-{i}", 0) for i in range(30)]
+    items = [
+        EnqueueItem("bulk", f"u{i}@x.example", {"fail": i % 3 == 0}, f"m-{i}", 0) for i in range(30)
+    ]
     await engine.enqueue_many("mixed", items)
     await engine.start()
     await engines.until_empty(engine)

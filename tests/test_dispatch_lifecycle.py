@@ -19,6 +19,7 @@ from engine import (
     Engine,
     EngineSettings,
     EngineState,
+    EnqueueItem,
     FakeClock,
     Limit,
     LocalLimiter,
@@ -151,7 +152,7 @@ async def setup(
 ) -> None:
     await engine.add_tenant("acme", limit)
     await engine.add_provider("p", kind, options=options)
-    items = [("p", f"user{i}@example.com", {"i": i}, f"k{i}", 0) for i in range(n)]
+    items = [EnqueueItem("p", f"user{i}@example.com", {"i": i}, f"k{i}", 0) for i in range(n)]
     await engine.enqueue_many("acme", items)
 
 

@@ -14,6 +14,7 @@ from engine import (
     DispatcherSettings,
     Engine,
     EngineSettings,
+    EnqueueItem,
     FakeClock,
     Limit,
     NotificationState,
@@ -150,8 +151,8 @@ async def _paced_tenants(
     await engine.import_tenants([TenantSpec(name, limit) for name in names])
     await engine.add_provider("sim", "lat")
     for name in names:
-        items: list[tuple[str, str, dict[str, Any], str | None, int]] = [
-            ("sim", f"{name}@example.com", {}, f"{name}-{j}", 0) for j in range(rows)
+        items: list[EnqueueItem] = [
+            EnqueueItem("sim", f"{name}@example.com", {}, f"{name}-{j}", 0) for j in range(rows)
         ]
         await engine.enqueue_many(name, items)
     return engines, engine

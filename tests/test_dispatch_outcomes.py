@@ -15,6 +15,7 @@ from engine import (
     BucketKey,
     DispatcherSettings,
     EngineSettings,
+    EnqueueItem,
     FakeClock,
     Limit,
     Message,
@@ -130,7 +131,9 @@ async def test_leases_given_back_by_a_throttle_go_out_when_it_ends_not_at_the_ne
     engine = await engines.open(EngineSettings(dispatch=settings))
     await setup(engine, 1)
     await engine.add_tenant("bravo")
-    await engine.enqueue_many("bravo", [("p", f"b{i}@example.com", {}, None, 0) for i in (1, 2)])
+    await engine.enqueue_many(
+        "bravo", [EnqueueItem("p", f"b{i}@example.com", {}, None, 0) for i in (1, 2)]
+    )
     await engine.start()
     took_s = await engines.until_empty(engine, within_s=60.0)
     assert len(script.calls) == 4

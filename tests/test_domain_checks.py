@@ -11,12 +11,13 @@ import pytest
 from engine.core.domain import (
     MAX_KEY_CHARS,
     UNSET,
+    EnqueueItem,
     Unset,
+    check_items,
     check_recipient_and_key,
-    check_recipients_and_keys,
     is_text,
 )
-from engine.core.errors import ConfigError
+from engine.core.errors import ConfigError, ItemRefused
 
 LONE_SURROGATE = "\udcff"  # how Python keeps a byte it could not decode
 
@@ -51,17 +52,24 @@ def test_recipient_and_key(recipient: str, key: str | None, says: str | None) ->
 def test_a_batch_is_told_what_its_first_failing_item_would_be(
     recipient: str, key: str | None, says: str | None
 ) -> None:
-    good = [("b@example.com", "k1"), ("c@example.com", None)]
-    with pytest.raises(ConfigError, match=says or "an idempotency key must be 1 to 200"):
-        check_recipients_and_keys([*good, (recipient, key), (LONE_SURROGATE, "")])
+    good = [item("b@example.com", "k1"), item("c@example.com", None)]
+    with pytest.raises(ItemRefused, match=says or "an idempotency key must be 1 to 200") as told:
+        check_items([*good, item(recipient, key), item(LONE_SURROGATE, "")])
+    assert told.value.index == (2 if says else 3)  # the item's place, from 0
+    assert told.value.field == ("recipient" if "recipient" in told.value.reason else "key")
+    assert told.value.message.startswith(f"item {told.value.index}, {told.value.field}: ")
     if says is None:
-        check_recipients_and_keys([*good, (recipient, key)])
+        check_items([*good, item(recipient, key)])
+
+
+def item(recipient: str, key: str | None) -> EnqueueItem:
+    return EnqueueItem("sms", recipient, {}, key)
 
 
 def test_surrogates_split_across_a_batch_are_still_refused() -> None:
-    with pytest.raises(ConfigError, match="the recipient holds"):
-        check_recipients_and_keys([("a\ud83d", None), ("\ude00b", None)])
-    check_recipients_and_keys([])
+    with pytest.raises(ConfigError, match="item 0, recipient: the recipient holds"):
+        check_items([item("a\ud83d", None), item("\ude00b", None)])
+    check_items([])
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from collections import Counter
 
 from aiosmtpd.smtp import Envelope
 
-from engine import NotificationState, NotificationView, Store
+from engine import EnqueueItem, NotificationState, NotificationView, Store
 from engine.providers.smtp import message_id
 from tests.servers import MailServer, fast_engine
 
@@ -73,12 +73,12 @@ async def test_every_email_is_delivered_once_through_421s_and_a_550_is_dead(
         expected: dict[str, tuple[str, str]] = {}  # Message-ID -> (tenant, recipient)
         for tenant in TENANTS:
             await engine.add_tenant(tenant)
-            items: list[tuple[str, str, dict[str, object], str | None, int]] = []
+            items: list[EnqueueItem] = []
             for n in range(PER_TENANT):
                 key = f"order.{tenant}.{n}"
                 expected[message_id(tenant, key, DOMAIN)] = (tenant, recipient(tenant, n))
                 payload: dict[str, object] = {"subject": f"Order {n}", "text": f"Hi {n}\n"}
-                items.append(("mail", recipient(tenant, n), payload, key, 0))
+                items.append(EnqueueItem("mail", recipient(tenant, n), payload, key))
             await engine.enqueue_many(tenant, items)
         await engine.enqueue("globex", "mail", REJECTED, {"subject": "x"}, key="lost")
         await engine.start()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
-from engine import Engine, Limit, NotificationState, NotificationView, Store
+from engine import Engine, EnqueueItem, Limit, NotificationState, NotificationView, Store
 from engine.providers import verify_signature
 from engine.providers.webhook import parse_retry_after
 from tests.servers import (
@@ -151,8 +151,8 @@ async def test_every_notification_is_delivered_once_through_429s_5xx_and_a_400(
         )
         for tenant in TENANTS:
             await engine.add_tenant(tenant)
-            items: list[tuple[str, str, dict[str, object], str | None, int]] = [
-                ("hook", f"user{n}@{tenant}.example", {"n": n}, key(tenant, n), 0)
+            items: list[EnqueueItem] = [
+                EnqueueItem("hook", f"user{n}@{tenant}.example", {"n": n}, key(tenant, n))
                 for n in range(PER_TENANT)
             ]
             await engine.enqueue_many(tenant, items)
@@ -229,8 +229,8 @@ async def test_a_429_holds_back_every_worker_of_that_provider_only(store: Store)
         await engine.add_provider(
             "other", "webhook", Limit(30, 5), options={"url": server.url("/other")}
         )
-        items: list[tuple[str, str, dict[str, object], str | None, int]] = [
-            (provider, f"u{n}@acme.example", {}, f"{provider}-{n}", 0)
+        items: list[EnqueueItem] = [
+            EnqueueItem(provider, f"u{n}@acme.example", {}, f"{provider}-{n}")
             for n in range(40)
             for provider in ("hook", "other")
         ]

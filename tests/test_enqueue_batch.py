@@ -11,9 +11,11 @@ import uuid
 
 import pytest
 
+from engine import EnqueueItem, ItemRefused
 from engine.core.crypto import SecretBox
 from engine.facade.notifications import new_keys
 from engine.store.payloads import payload_texts
+from tests.conftest import EngineFactory
 
 TEXTS = ["ada@example.com", "+15551234567", "naïve ✓ 🚀", "x" * 300, "a"]
 
@@ -81,3 +83,26 @@ def test_payload_texts_keep_what_only_json_could_write() -> None:
     assert math.isnan(read["nan"]) and read["inf"] == -math.inf
     with pytest.raises(TypeError):  # as before: what JSON has no form for is refused
         payload_texts([{"x": object()}])
+
+
+async def test_an_item_refused_is_named_by_its_place_and_field_and_nothing_is_written(
+    make_engine: EngineFactory,
+) -> None:
+    engine = await make_engine()
+    await engine.add_tenant("acme")
+    await engine.add_provider("sms", "simulated")
+    good = EnqueueItem("sms", "+15550000001", {"text": "hi"}, "k1")
+
+    with pytest.raises(ItemRefused) as unknown:
+        await engine.enqueue_many(
+            "acme", [good, good._replace(key="k2"), good._replace(provider="fax")]
+        )
+    with pytest.raises(ItemRefused) as empty:
+        await engine.enqueue_many("acme", [good, good._replace(recipient="", key="k4")])
+
+    assert (unknown.value.index, unknown.value.field) == (2, "provider")
+    assert unknown.value.message == "item 2, provider: there is no provider named 'fax'."
+    assert (empty.value.index, empty.value.field) == (1, "recipient")
+    assert await engine.notifications("acme") == []  # neither batch wrote anything
+    [queued] = await engine.enqueue_many("acme", [good])  # a tuple with names, all the way
+    assert not queued.duplicate and queued.idempotency_key == "k1"

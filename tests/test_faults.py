@@ -30,6 +30,7 @@ from engine import (
     DispatcherSettings,
     Engine,
     EngineSettings,
+    EnqueueItem,
     Limit,
     LocalLimiter,
     Message,
@@ -53,12 +54,9 @@ def count_lines(path: Path) -> int:
     return path.read_bytes().count(b"\n") if path.exists() else 0
 
 
-Item = tuple[str, str, dict[str, Any], str | None, int]
-
-
-def items(provider: str, keys: list[str]) -> list[Item]:
+def items(provider: str, keys: list[str]) -> list[EnqueueItem]:
     """``Engine.enqueue_many`` items: one per key, each to its own recipient."""
-    return [(provider, f"{key}@example.com", {}, key, 0) for key in keys]
+    return [EnqueueItem(provider, f"{key}@example.com", {}, key) for key in keys]
 
 
 def said(log: Path, text: str) -> bool:

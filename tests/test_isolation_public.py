@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from engine import Engine, Limit, NotFound, NotificationState
+from engine import Engine, EnqueueItem, Limit, NotFound, NotificationState
 from engine.store import normalize_url
 from engine.store.schema import metadata
 from tests.cli_support import Cli, assert_one_sentence
@@ -134,7 +134,9 @@ async def test_writes_as_one_tenant_touch_only_its_own(make_engine: EngineFactor
     # acme's idempotency keys mean nothing to beta: each is a new notification of beta's.
     shared = await engine.enqueue("beta", "sim", "+15550000006", key="shared")
     assert not shared.duplicate and shared.id not in world.acme_ids
-    [again] = await engine.enqueue_many("beta", [("sim", "+15550000007", {}, "acme-dead", 0)])
+    [again] = await engine.enqueue_many(
+        "beta", [EnqueueItem("sim", "+15550000007", {}, "acme-dead", 0)]
+    )
     assert not again.duplicate and again.id not in world.acme_ids
     mine = await engine.enqueue("acme", "sim", "+15550000008", key="shared")
     assert mine.duplicate and mine.id == world.queued, "the same key in acme is acme's own"

@@ -43,6 +43,7 @@ from engine import (
     ConfigError,
     Counters,
     Engine,
+    EnqueueItem,
     FakeClock,
     Limit,
     LocalLimiter,
@@ -448,7 +449,10 @@ async def _prepare(tmp_path: Path, key: str, n: int) -> tuple[str, Path]:
         async with Engine(store, LocalLimiter(SystemClock()), BUILTIN_KINDS) as engine:
             await engine.add_provider("audit", "file", None, {"path": str(out)})
             await engine.add_tenant("acme", Limit(25.0, 5.0))
-            items = [("audit", f"{CANARY}-{i}@example.com", {"i": i}, f"k{i}", 0) for i in range(n)]
+            items = [
+                EnqueueItem("audit", f"{CANARY}-{i}@example.com", {"i": i}, f"k{i}", 0)
+                for i in range(n)
+            ]
             await engine.enqueue_many("acme", items)
     return url, out
 

@@ -13,6 +13,7 @@ from engine import (
     BurstTraffic,
     ConfigError,
     Engine,
+    EnqueueItem,
     FakeClock,
     Limit,
     LimitChange,
@@ -40,8 +41,12 @@ async def test_the_backlog_is_planned_from_the_kept_counts(make_engine: EngineFa
     await engine.add_tenant("acme", Limit(20, 1))
     await engine.add_tenant("zeta")
     await engine.add_provider("sim", "simulated", options={"latency_ms": "1"})
-    await engine.enqueue_many("acme", [("sim", f"a{i}@x", {}, None, 0) for i in range(41)])
-    await engine.enqueue_many("zeta", [("sim", f"z{i}@x", {}, None, 0) for i in range(7)])
+    await engine.enqueue_many(
+        "acme", [EnqueueItem("sim", f"a{i}@x", {}, None, 0) for i in range(41)]
+    )
+    await engine.enqueue_many(
+        "zeta", [EnqueueItem("sim", f"z{i}@x", {}, None, 0) for i in range(7)]
+    )
     before = await _counts(engine.store)
 
     report = await engine.plan(
@@ -73,11 +78,17 @@ async def test_a_replay_keeps_the_enqueues_spacing_at_its_speed(store: Store) ->
     try:
         await engine.add_tenant("acme")
         await engine.add_provider("sim", "simulated", options={"latency_ms": "1"})
-        await engine.enqueue_many("acme", [("sim", f"old{i}@x", {}, None, 0) for i in range(3)])
+        await engine.enqueue_many(
+            "acme", [EnqueueItem("sim", f"old{i}@x", {}, None, 0) for i in range(3)]
+        )
         clock.advance(7200)  # two hours ago: outside a one-hour replay
-        await engine.enqueue_many("acme", [("sim", f"a{i}@x", {}, None, 0) for i in range(10)])
+        await engine.enqueue_many(
+            "acme", [EnqueueItem("sim", f"a{i}@x", {}, None, 0) for i in range(10)]
+        )
         clock.advance(600)
-        await engine.enqueue_many("acme", [("sim", f"b{i}@x", {}, None, 0) for i in range(5)])
+        await engine.enqueue_many(
+            "acme", [EnqueueItem("sim", f"b{i}@x", {}, None, 0) for i in range(5)]
+        )
         clock.advance(60)
 
         as_it_was = await engine.plan(ReplayTraffic(1.0))
@@ -102,7 +113,9 @@ async def test_real_providers_are_modelled_on_their_recent_sends(
     assert setup.models["out"].source.startswith("assumed (only 0 recent sends")
     assert (setup.models["sim"].latency_ms, setup.models["sim"].source) == (42.0, "options")
 
-    await engine.enqueue_many("acme", [("out", f"r{i}@x", {}, None, 0) for i in range(30)])
+    await engine.enqueue_many(
+        "acme", [EnqueueItem("out", f"r{i}@x", {}, None, 0) for i in range(30)]
+    )
     await engine.start()
     assert await engine.run_until_empty(timeout_s=30)
     model = (await engine.plan_setup()).models["out"]

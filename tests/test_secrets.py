@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from engine.core.crypto import SecretBox, mask, mask_mapping
 from engine.core.errors import ConfigError, OmniPostError
-from engine.store import NewNotification, Store, masked_url, normalize_url
+from engine.store import NotificationRow, Store, masked_url, normalize_url
 from engine.store.schema import metadata
 
 T0 = 1_700_000_000.0
@@ -39,7 +39,7 @@ async def fill(store: Store) -> int:
     await cfg.update_provider(
         "hook", secrets={"signing": PROVIDER_SECRET + "-2"}, now=T0, actor="t"
     )
-    item = NewNotification(provider.id, RECIPIENT, {"text": "hi"}, VISIBLE)
+    item = NotificationRow(provider.id, RECIPIENT, {"text": "hi"}, VISIBLE)
     [result] = await store.queue.enqueue(tenant.id, [item], now=T0)
     return result.id
 
@@ -134,7 +134,7 @@ async def test_read_models_show_secrets_masked(store: Store) -> None:
     [leased] = await store.queue.claim(tenant, provider.id, 1, owner="w", lease_s=5, now=T0)
     assert leased.recipient == RECIPIENT, "a worker gets the plaintext to send"
     assert RECIPIENT not in repr(leased)
-    assert RECIPIENT not in repr(NewNotification(1, RECIPIENT, {}, "k"))
+    assert RECIPIENT not in repr(NotificationRow(1, RECIPIENT, {}, "k"))
 
 
 # -- keys and rotation -----------------------------------------------------------------------

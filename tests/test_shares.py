@@ -10,11 +10,18 @@ its tenants to the others once its heartbeat is ``worker_ttl_s`` old, within its
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 
-from engine import Engine, EngineSettings, FakeClock, NotificationState, TenantSpec, WorkerRecord
+from engine import (
+    Engine,
+    EngineSettings,
+    EnqueueItem,
+    FakeClock,
+    NotificationState,
+    TenantSpec,
+    WorkerRecord,
+)
 from engine.dispatch.share import SHARED_DEPTH, Shares
 from engine.store import Share, share_index
 from tests.scripted import Script
@@ -72,8 +79,8 @@ async def _tenants(engine: Engine, count: int, rows: int) -> None:
     await engine.import_tenants([TenantSpec(f"t{i:03d}", None) for i in range(count)])
     await engine.add_provider("p", "scripted")
     for i in range(count):
-        items: list[tuple[str, str, dict[str, Any], str | None, int]] = [
-            ("p", f"u{j}@example.com", {}, None, 0) for j in range(rows)
+        items: list[EnqueueItem] = [
+            EnqueueItem("p", f"u{j}@example.com", {}, None, 0) for j in range(rows)
         ]
         await engine.enqueue_many(f"t{i:03d}", items)
 
@@ -140,8 +147,8 @@ async def test_the_stores_read_of_a_share_matches_share_index(engines: VirtualEn
     (Python), and the deep keys: the two computations must never disagree."""
     engine = await engines.open(EngineSettings(share_tenants=True))
     await _tenants(engine, 60, 1)
-    deep: list[tuple[str, str, dict[str, Any], str | None, int]] = [
-        ("p", f"d{j}@example.com", {}, None, 0) for j in range(SHARED_DEPTH)
+    deep: list[EnqueueItem] = [
+        EnqueueItem("p", f"d{j}@example.com", {}, None, 0) for j in range(SHARED_DEPTH)
     ]
     await engine.enqueue_many("t007", deep)
     everything = await engine.store.queue.queued_counts()

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from engine.core.clock import FakeClock
-from engine.planning.simulate import Item, SimulationProgress, run_simulation
+from engine.core.domain import EnqueueItem
+from engine.planning.simulate import SimulationProgress, run_simulation
 
 START = 1_000.0
 
@@ -33,10 +34,10 @@ class Recorder:
     """Stands in for ``Engine.enqueue_many``, noting the clock of each call."""
 
     clock: SleepLog = field(default_factory=SleepLog)
-    calls: list[tuple[float, str, list[Item]]] = field(default_factory=list)
+    calls: list[tuple[float, str, list[EnqueueItem]]] = field(default_factory=list)
     progress: list[SimulationProgress] = field(default_factory=list)
 
-    async def enqueue_many(self, tenant: str, items: Sequence[Item]) -> None:
+    async def enqueue_many(self, tenant: str, items: Sequence[EnqueueItem]) -> None:
         self.calls.append((self.clock.monotonic(), tenant, list(items)))
 
     async def run(self, tenants: Sequence[str], offsets: Sequence[float]) -> int:
@@ -138,7 +139,7 @@ async def test_items_name_the_run_and_the_tenant() -> None:
 async def test_each_run_gets_its_own_keys() -> None:
     keys: list[str | None] = []
 
-    async def enqueue_many(tenant: str, items: Sequence[Item]) -> None:
+    async def enqueue_many(tenant: str, items: Sequence[EnqueueItem]) -> None:
         keys.extend(item[3] for item in items)
 
     for _ in range(2):

@@ -19,7 +19,7 @@ from engine.store import (
     DepthRow,
     DueKey,
     Leased,
-    NewNotification,
+    NotificationRow,
     NotificationView,
     Store,
     WorkerRecord,
@@ -425,7 +425,7 @@ async def test_enqueue_over_many_chunks_keeps_order(store: Store) -> None:
 async def test_enqueue_stores_what_was_given(store: Store) -> None:
     t = await tenant_id(store, "acme")
     p = await provider_id(store, "sms")
-    item = NewNotification(p, "+15551234567", {"text": "hi", "n": [1, 2]}, "key-1", 3, 7, T0 + 9)
+    item = NotificationRow(p, "+15551234567", {"text": "hi", "n": [1, 2]}, "key-1", 3, 7, T0 + 9)
     [result] = await store.queue.enqueue(t, [item], now=T0)
     got = await view(store, t, result.id)
     assert got == NotificationView(

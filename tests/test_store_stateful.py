@@ -31,7 +31,7 @@ from hypothesis.stateful import (
 
 from engine.core.crypto import SecretBox
 from engine.core.domain import NotificationState, Outcome
-from engine.store import Completion, Leased, NewNotification, Store
+from engine.store import Completion, Leased, NotificationRow, Store
 
 T0 = 1_700_000_000.0
 OWNERS = ("w1", "w2", "w3")
@@ -125,7 +125,7 @@ class QueueMachine(RuleBasedStateMachine):
     )
     def enqueue(self, items: list[tuple[str, int, int]]) -> None:
         new = [
-            NewNotification(self.providers[p], f"{key}@example.com", {"key": key}, key, priority)
+            NotificationRow(self.providers[p], f"{key}@example.com", {"key": key}, key, priority)
             for key, p, priority in items
         ]
         results = self.run(self.store.queue.enqueue(self.tenant, new, now=self.now))
@@ -322,7 +322,7 @@ async def test_one_batch_completes_the_leases_of_two_owners(tmp_path: Path) -> N
     db = tmp_path / "omnipost.db"
     await _make_template(db)
     async with Store(f"sqlite:///{db}", SecretBox([TEMPLATE_KEY])) as store:
-        items = [NewNotification(1, "a@example.com", {}, key) for key in ("a", "b")]
+        items = [NotificationRow(1, "a@example.com", {}, key) for key in ("a", "b")]
         await store.queue.enqueue(1, items, now=T0)
         [first] = await store.queue.claim(1, 1, 1, owner="w1", lease_s=5, now=T0)
         [second] = await store.queue.claim(1, 1, 1, owner="w2", lease_s=5, now=T0)

@@ -6,13 +6,13 @@ rotation, retention has a window for them, and nothing crosses tenants or provid
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import pytest
 
 from engine import (
     ConfigError,
     Engine,
+    EnqueueItem,
     FakeClock,
     NotFound,
     NotificationState,
@@ -127,10 +127,10 @@ async def test_operators_add_and_remove_per_tenant_and_provider(
     results = await engine.enqueue_many(
         "acme",
         [
-            ("p", "a@x", {}, "1", 0),  # suppressed
-            ("q", "a@x", {}, "2", 0),  # another provider: sent
-            ("p", "d@x", {}, "3", 0),  # not on the list
-            ("p", "b@x", {}, "4", 0),  # suppressed
+            EnqueueItem("p", "a@x", {}, "1", 0),  # suppressed
+            EnqueueItem("q", "a@x", {}, "2", 0),  # another provider: sent
+            EnqueueItem("p", "d@x", {}, "3", 0),  # not on the list
+            EnqueueItem("p", "b@x", {}, "4", 0),  # suppressed
         ],
     )
     assert [r.suppressed for r in results] == [True, False, False, True]
@@ -202,13 +202,13 @@ async def test_what_was_queued_to_a_recipient_is_suppressed_with_it(
     monkeypatch.setattr(store_suppressions, "_SWEEP_PAGE", 2)  # three pages and an empty one
     engine = await engines.open()
     await _two_tenants(engine)
-    rows: list[tuple[str, str, dict[str, Any], str | None, int]] = [
-        ("p", "a@x", {}, "1", 0),
-        ("p", "Ada <A@X>", {}, "2", 0),  # the same recipient, spelt otherwise
-        ("q", "a@x", {}, "3", 0),  # another provider
-        ("p", "b@x", {}, "4", 0),
-        ("p", "a@x", {}, "5", 0),
-        ("p", "a@x", {}, "6", 0),  # leased below
+    rows: list[EnqueueItem] = [
+        EnqueueItem("p", "a@x", {}, "1", 0),
+        EnqueueItem("p", "Ada <A@X>", {}, "2", 0),  # the same recipient, spelt otherwise
+        EnqueueItem("q", "a@x", {}, "3", 0),  # another provider
+        EnqueueItem("p", "b@x", {}, "4", 0),
+        EnqueueItem("p", "a@x", {}, "5", 0),
+        EnqueueItem("p", "a@x", {}, "6", 0),  # leased below
     ]
     made = await engine.enqueue_many("acme", rows)
     await engine.enqueue("beta", "p", "a@x", {}, key="b1")  # another tenant
@@ -281,13 +281,13 @@ async def test_a_key_repeated_in_a_batch_is_judged_by_its_first_item(
     await _two_tenants(engine)
     await engine.suppress("acme", "p", ["gone@x"])
     first, second = await engine.enqueue_many(
-        "acme", [("p", "ok@x", {}, "k", 0), ("p", "gone@x", {}, "k", 0)]
+        "acme", [EnqueueItem("p", "ok@x", {}, "k", 0), EnqueueItem("p", "gone@x", {}, "k", 0)]
     )
     assert (first.suppressed, first.duplicate) == (False, False)
     assert (second.id, second.suppressed, second.duplicate) == (first.id, False, True)
     assert (await view(engine, first.id)).state is S.QUEUED
     third, fourth = await engine.enqueue_many(
-        "acme", [("p", "gone@x", {}, "j", 0), ("p", "ok@x", {}, "j", 0)]
+        "acme", [EnqueueItem("p", "gone@x", {}, "j", 0), EnqueueItem("p", "ok@x", {}, "j", 0)]
     )
     assert (third.suppressed, fourth.id, fourth.suppressed) == (True, third.id, False)
     assert (await view(engine, third.id)).state is S.SUPPRESSED

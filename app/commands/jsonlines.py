@@ -8,13 +8,9 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from engine import ConfigError, load_json, read_text_lines
+from engine import ConfigError, EnqueueItem, load_json, read_text_lines
 
-__all__ = ["Item", "check_priority", "parse_payload", "read_batch", "read_lines"]
-
-# One notification of a tenant, as ``Engine.enqueue_many`` takes it:
-# (provider, recipient, payload, key, priority).
-Item = tuple[str, str, dict[str, Any], str | None, int]
+__all__ = ["check_priority", "parse_payload", "read_batch", "read_lines"]
 
 # The store's priority column is a 32-bit integer on Postgres.
 _PRIORITY_MIN, _PRIORITY_MAX = -(2**31), 2**31 - 1
@@ -38,10 +34,10 @@ def check_priority(priority: int, where: str = "") -> None:
         raise ConfigError(f"{where}the priority must be from {_PRIORITY_MIN} to {_PRIORITY_MAX}.")
 
 
-def read_batch(path: str) -> dict[str, list[Item]]:
+def read_batch(path: str) -> dict[str, list[EnqueueItem]]:
     """The notifications of the JSON-lines file at ``path`` (``-`` for stdin), by tenant.
     Every line is checked before this returns, so a file is queued whole or not at all."""
-    by_tenant: dict[str, list[Item]] = {}
+    by_tenant: dict[str, list[EnqueueItem]] = {}
     for number, line in enumerate(read_lines(path), 1):
         if line.strip():
             tenant, item = _parse_line(number, line)
@@ -64,7 +60,7 @@ def _is_text(text: str) -> bool:
     return True
 
 
-def _parse_line(number: int, line: str) -> tuple[str, Item]:
+def _parse_line(number: int, line: str) -> tuple[str, EnqueueItem]:
     """One line: its tenant and its item; ConfigError naming the line when it is not good."""
     where = f"line {number}: "
     try:
@@ -90,7 +86,7 @@ def _parse_line(number: int, line: str) -> tuple[str, Item]:
     check_priority(priority, where)
     # A line without a key gets one from its content, so running a file twice adds nothing.
     key = key or "file-" + hashlib.sha256(line.strip().encode()).hexdigest()[:32]
-    return obj["tenant"], (obj["provider"], obj["recipient"], payload, key, priority)
+    return obj["tenant"], EnqueueItem(obj["provider"], obj["recipient"], payload, key, priority)
 
 
 def _key(key: object, where: str) -> str | None:

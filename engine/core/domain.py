@@ -7,23 +7,24 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
-from engine.core.errors import ConfigError
+from engine.core.errors import ConfigError, ItemRefused
 
 __all__ = [
     "MAX_KEY_CHARS",
     "UNSET",
     "BucketKey",
     "BucketLevel",
+    "EnqueueItem",
     "Limit",
     "Message",
     "NotificationState",
     "Outcome",
     "SendResult",
     "Unset",
+    "check_items",
     "check_recipient_and_key",
-    "check_recipients_and_keys",
     "is_text",
     "limit_of",
     "parse_rate",
@@ -273,13 +274,33 @@ def check_recipient_and_key(recipient: str, key: str | None) -> None:
     """Raise ``ConfigError`` unless a notification may go to ``recipient`` with idempotency key
     ``key`` (``None``: one is made up): a recipient is not empty, a key is 1 to
     ``MAX_KEY_CHARS`` long, and both are valid Unicode text."""
+    problem = _problem(recipient, key)
+    if problem is not None:
+        raise ConfigError(problem[1])
+
+
+def _problem(recipient: str, key: str | None) -> tuple[str, str] | None:
+    """The first thing wrong with ``recipient`` and ``key``: the field and its sentence."""
     if not recipient:
-        raise ConfigError("the recipient must not be empty.")
+        return "recipient", "the recipient must not be empty."
     if key is not None and not 0 < len(key) <= MAX_KEY_CHARS:
-        raise ConfigError(f"an idempotency key must be 1 to {MAX_KEY_CHARS} characters.")
-    for what, text in (("the recipient", recipient), ("the idempotency key", key or "")):
-        if not is_text(text):  # undecodable bytes from a shell or a file: no UTF-8 form
-            raise ConfigError(f"{what} holds characters that are not valid Unicode text.")
+        return "key", f"an idempotency key must be 1 to {MAX_KEY_CHARS} characters."
+    if not is_text(recipient):  # undecodable bytes from a shell or a file: no UTF-8 form
+        return "recipient", "the recipient holds characters that are not valid Unicode text."
+    if not is_text(key or ""):
+        return "key", "the idempotency key holds characters that are not valid Unicode text."
+    return None
+
+
+class EnqueueItem(NamedTuple):
+    """One notification of a tenant, as ``Engine.enqueue_many`` takes it, from the HTTP route
+    and the command line alike: a tuple, so that a batch of thousands costs what tuples cost."""
+
+    provider: str
+    recipient: str
+    payload: dict[str, Any]
+    key: str | None = None  # the notification's idempotency key; None: one is made up
+    priority: int = 0  # higher is sent first
 
 
 _PHONE = re.compile(r"\+[0-9][0-9 ().-]*")
@@ -302,11 +323,12 @@ def recipient_key(recipient: str) -> str:
     return text
 
 
-def check_recipients_and_keys(pairs: Sequence[tuple[str, str | None]]) -> None:
-    """``check_recipient_and_key`` of every (recipient, key) of ``pairs``, raising as the first
-    that fails would; a batch that passes (the common case) is checked in a few calls."""
-    recipients = [recipient for recipient, _ in pairs]
-    keys = [key for _, key in pairs if key is not None]
+def check_items(items: Sequence[EnqueueItem]) -> None:
+    """Check the recipient and the key of every item, raising ``ItemRefused`` for the first
+    that fails (its index and field); a batch that passes (the common case) is checked in a
+    few calls."""
+    recipients = [item[1] for item in items]
+    keys = [item[3] for item in items if item[3] is not None]
     lengths = list(map(len, keys))
     # Python's UTF-8 codec refuses every surrogate, paired or not: joining texts makes none
     # valid that was not.
@@ -317,8 +339,10 @@ def check_recipients_and_keys(pairs: Sequence[tuple[str, str | None]]) -> None:
         and is_text("".join(keys))
     ):
         return
-    for recipient, key in pairs:
-        check_recipient_and_key(recipient, key)
+    for index, item in enumerate(items):
+        problem = _problem(item[1], item[3])
+        if problem is not None:
+            raise ItemRefused(index, *problem)
 
 
 def is_text(text: str) -> bool:

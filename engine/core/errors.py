@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # domain.py imports this module
 __all__ = [
     "ConfigError",
     "Conflict",
+    "ItemRefused",
     "NotCancellable",
     "NotFound",
     "OmniPostError",
@@ -36,6 +37,19 @@ class OmniPostError(Exception):
 
 class ConfigError(OmniPostError, ValueError):
     """The configuration is not valid."""
+
+
+class ItemRefused(ConfigError):
+    """One item of a batch was refused, and nothing of the batch was written."""
+
+    def __init__(self, index: int, field: str, reason: str) -> None:
+        super().__init__(f"item {index}, {field}: {reason}")
+        self.index = index  # the item's place in the batch, from 0
+        self.field = field  # ``provider``, ``recipient`` or ``key``
+        self.reason = reason  # one sentence
+
+    def __reduce__(self) -> tuple[type[ItemRefused], tuple[int, str, str]]:
+        return (ItemRefused, (self.index, self.field, self.reason))
 
 
 class NotFound(OmniPostError, LookupError):

@@ -9,14 +9,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine.core.domain import (
+    EnqueueItem,
     Message,
     NotificationState,
     SendResult,
-    check_recipients_and_keys,
+    check_items,
 )
-from engine.core.errors import ConfigError, NotFound
+from engine.core.errors import ConfigError, ItemRefused, NotFound
 from engine.facade.parts import EngineParts
-from engine.store import DeliveryEntry, EnqueueResult, NewNotification, NotificationView
+from engine.store import DeliveryEntry, EnqueueResult, NotificationRow, NotificationView
 
 __all__ = ["TEST_PAYLOAD", "NotificationsPart"]
 
@@ -62,24 +63,26 @@ class NotificationsPart(EngineParts):
     ) -> EnqueueResult:
         """Queue one notification; with a key the tenant used before, return that one instead."""
         results = await self.enqueue_many(
-            tenant, [(provider, recipient, payload or {}, key, priority)]
+            tenant, [EnqueueItem(provider, recipient, payload or {}, key, priority)]
         )
         return results[0]
 
-    async def enqueue_many(
-        self,
-        tenant: str,
-        items: Sequence[tuple[str, str, dict[str, Any], str | None, int]],
-    ) -> list[EnqueueResult]:
-        """Queue ``(provider, recipient, payload, key, priority)`` items of one tenant together."""
+    async def enqueue_many(self, tenant: str, items: Sequence[EnqueueItem]) -> list[EnqueueResult]:
+        """Queue ``items`` of one tenant together, all or none: ``ItemRefused`` names the
+        first item refused (its index and field: a provider that is not configured, an empty
+        recipient, a key too long) and nothing is written. Each provider's name is looked up
+        once, however many items name it."""
         tenant_id, _ = await self._ids(tenant)
-        provider_ids = {name: (await self._ids(tenant, name))[1] for name in {i[0] for i in items}}
-        check_recipients_and_keys([(i[1], i[3]) for i in items])
+        provider_ids: dict[str, int] = {}
+        for index, item in enumerate(items):
+            if item[0] not in provider_ids:
+                provider_ids[item[0]] = await self._provider_of(tenant, index, item[0])
+        check_items(items)
         without = sum(1 for i in items if i[3] is None)
         made_up = iter(new_keys(without))
         max_attempts = self.settings.max_attempts
         rows = [
-            NewNotification(
+            NotificationRow(
                 provider_ids[provider],
                 recipient,
                 payload,
@@ -101,6 +104,13 @@ class NotificationsPart(EngineParts):
                 due[due_key] = due.get(due_key, 0) + 1
         self.dispatcher.enqueued(due)
         return results
+
+    async def _provider_of(self, tenant: str, index: int, name: str) -> int:
+        """The id of the provider item ``index`` names; ``ItemRefused`` when there is none."""
+        try:
+            return (await self._ids(tenant, name))[1]
+        except NotFound:
+            raise ItemRefused(index, "provider", f"there is no provider named {name!r}.") from None
 
     async def notifications(
         self, tenant: str, *, state: NotificationState | None = None, limit: int = 100

@@ -9,14 +9,13 @@ import random
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from engine.core.clock import Clock
+from engine.core.domain import EnqueueItem
 from engine.core.errors import ConfigError
 
 __all__ = [
     "EnqueueMany",
-    "Item",
     "Pattern",
     "SimulationProgress",
     "predicted_drain_s",
@@ -24,10 +23,7 @@ __all__ = [
     "schedule",
 ]
 
-# One notification as ``Engine.enqueue_many`` takes it: (provider, recipient, payload, key,
-# priority).
-Item = tuple[str, str, dict[str, Any], str | None, int]
-EnqueueMany = Callable[[str, Sequence[Item]], Awaitable[object]]
+EnqueueMany = Callable[[str, Sequence[EnqueueItem]], Awaitable[object]]
 
 _BATCH = 500  # most items of one tenant in one enqueue call (one transaction)
 _POLL_S = 0.05  # longest wait before the clock is read again
@@ -133,8 +129,8 @@ def _due(arrivals: Sequence[float], done: int, now: float) -> int:
     return upto
 
 
-def _items(provider: str, tenant: str, run: str, numbers: range) -> list[Item]:
+def _items(provider: str, tenant: str, run: str, numbers: range) -> list[EnqueueItem]:
     return [
-        (provider, f"sim{i}@{tenant}.example", {"sim": run, "n": i}, f"sim-{run}-{i}", 0)
+        EnqueueItem(provider, f"sim{i}@{tenant}.example", {"sim": run, "n": i}, f"sim-{run}-{i}")
         for i in numbers
     ]

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from engine.core.domain import NotificationState, Outcome
-from engine.store.records import Completion, NewNotification
+from engine.store.records import Completion, NotificationRow
 from engine.store.suppressions import SUPPRESSED, SUPPRESSED_DETAIL
 
 __all__ = [
@@ -208,7 +208,7 @@ CROSS JOIN LATERAL (
 async def enqueue(
     conn: Any,
     tenant_id: int,
-    items: Sequence[NewNotification],
+    items: Sequence[NotificationRow],
     recipients: Sequence[str],
     payloads: Sequence[str],
     digests: Callable[[], Sequence[Sequence[str]]],

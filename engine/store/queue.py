@@ -24,7 +24,7 @@ from engine.store.records import (
     Completion,
     EnqueueResult,
     Leased,
-    NewNotification,
+    NotificationRow,
 )
 from engine.store.repairs import QueueRepairs
 from engine.store.schema import delivery_log, notifications
@@ -51,7 +51,7 @@ class QueueRepo(QueueRepairs):
     async def enqueue(
         self,
         tenant_id: int,
-        items: Sequence[NewNotification],
+        items: Sequence[NotificationRow],
         *,
         now: float,
         made_up: bool = False,
@@ -95,7 +95,7 @@ class QueueRepo(QueueRepairs):
         return _results(items, ids, fresh, gone)
 
     def _row(
-        self, tenant_id: int, item: NewNotification, recipient: str, payload: str, now: float
+        self, tenant_id: int, item: NotificationRow, recipient: str, payload: str, now: float
     ) -> dict[str, Any]:
         """``item`` as SQLite's enqueue inserts it, its recipient encrypted and its payload
         encoded."""
@@ -425,7 +425,7 @@ def _log_row(c: Completion, worker: str) -> dict[str, Any]:
 
 
 def _results(
-    items: Sequence[NewNotification], ids: dict[str, int], fresh: set[str], gone: set[str]
+    items: Sequence[NotificationRow], ids: dict[str, int], fresh: set[str], gone: set[str]
 ) -> list[EnqueueResult]:
     """Per item, in order: its id, whether its key was used before (``fresh``: the keys
     inserted now; a key repeated within one call is a duplicate the second time), and whether

@@ -1,10 +1,10 @@
 """Read models the store hands out: plain frozen values, safe to pass to the console.
 
 The three made once or more per send (``Leased``, ``Completion``, ``DueKey``) and the two
-made per row an enqueue takes (``NewNotification``, ``EnqueueResult``) are values all the same,
+made per row an enqueue takes (``NotificationRow``, ``EnqueueResult``) are values all the same,
 never changed once made, but not frozen: a frozen dataclass sets each field through
 ``object.__setattr__``, which makes one about five times slower to build (1.1 against 0.2 us
-for ``Leased``, 0.86 against 0.21 us for ``NewNotification``), and a plan builds several per
+for ``Leased``, 0.86 against 0.21 us for ``NotificationRow``), and a plan builds several per
 send, an API batch one of each per row."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ __all__ = [
     "Enqueue",
     "EnqueueResult",
     "Leased",
-    "NewNotification",
+    "NotificationRow",
     "NotificationView",
     "PairLimit",
     "ProviderRecord",
@@ -102,7 +102,7 @@ class PairLimit:
 
 
 @dataclass(slots=True)  # a value; not frozen: see the module docstring
-class NewNotification:
+class NotificationRow:
     provider_id: int
     recipient: str = field(repr=False)
     payload: dict[str, Any]
