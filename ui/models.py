@@ -308,10 +308,10 @@ class ProvidersModel(RecordModel[ProviderRecord]):
         fresh = {h.provider: h for h in health}
         paused = any(h.state != CircuitState.CLOSED for h in health)
         if (fresh != self.health or paused) and self.rowCount():
-            self.circuits = fresh
+            self.health = fresh
             column = self.HEALTH
             self.dataChanged.emit(self.index(0, column), self.index(self.rowCount() - 1, column))
-        self.circuits = fresh
+        self.health = fresh
 
     def role_data(self, record: ProviderRecord, column: int, role: int) -> Any:
         health = self.health.get(record.name)
