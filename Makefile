@@ -43,7 +43,7 @@ test: lint typecheck contracts pytest
 # dispatcher, no worker processes, no packaged app), stopping at the first failure. `make test`
 # is still what CI and a change's last run use.
 test-fast: install
-	$(BIN)/pytest -m "not slow" -x -q
+	$(BIN)/pytest -m "not slow" -x -q --ignore=tests/e2e
 
 # Needs Postgres on 127.0.0.1:5432 and Redis on 127.0.0.1:6379 (skipped where absent).
 # Writes docs/benchmarks.md and docs/bench/*.{json,png}; about 20 minutes on 2 cores.
@@ -55,7 +55,7 @@ bench: install
 	$(BIN)/python bench/report.py
 
 # The packaged app (docs/packaging.md): dist/omnipost/, one folder whose `omnipost` is the CLI
-# and the console. dist-test builds it, runs its self-test and tests/test_frozen.py against it.
+# and the console. dist-test builds it, runs its self-test and tests/e2e/test_frozen.py against it.
 .PHONY: dist dist-test
 dist: install
 	$(BIN)/pip install --quiet --group dist
@@ -63,7 +63,7 @@ dist: install
 
 dist-test: dist
 	dist/omnipost/omnipost self-test --screenshot build/self-test.png
-	OMNIPOST_REQUIRE_FROZEN=1 $(BIN)/pytest tests/test_frozen.py
+	OMNIPOST_REQUIRE_FROZEN=1 $(BIN)/pytest tests/e2e/test_frozen.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache

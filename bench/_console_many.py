@@ -41,7 +41,7 @@ from PySide6.QtWidgets import QWidget
 
 from app.wiring import build_engine, build_store
 from engine import Engine, NotificationState, SecretBox, Store, TenantPage, TenantQuery
-from tests.many_tenants import populate
+from testkit.many_tenants import populate
 from ui import Bridge, MainWindow
 
 __all__ = ["bench_tenants"]

@@ -27,8 +27,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.cli_support, app
-
 import asyncpg
 from _common import asyncpg_dsn, emit, fresh_pg, log_level_warning, parser, pg_reachable
 from tenants import CONCURRENCY, PROVIDER_LIMIT, PROVIDERS, TENANT_LIMIT
@@ -43,7 +41,7 @@ from engine import (
     SystemClock,
     TenantSpec,
 )
-from tests.cli_support import REPO, clean_env
+from testkit.cli import REPO, clean_env
 
 
 def small_name(i: int) -> str:

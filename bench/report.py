@@ -1,7 +1,7 @@
 """Run every benchmark and write ``docs/benchmarks.md`` with tables, ratios and plots.
 
 Each benchmark writes its JSON to ``docs/bench/NAME.json``; the plots go beside it as PNGs.
-The page's text is ``bench/templates/benchmarks.md.j2``, filled in by ``_markdown.render``.
+The page's text is ``bench/reporting/templates/benchmarks.md.j2``, filled in by ``markdown.render``.
 ``--no-run`` renders from the JSON already there (to rework the report without re-measuring);
 ``--only a,b`` runs just those benchmarks and renders from the rest as they are; ``--quick``
 runs tiny versions of all into a scratch folder, to check the scripts. Usage::
@@ -25,8 +25,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from _markdown import render
-from _sections import drain_groups
+from reporting.markdown import render
+from reporting.sections import drain_groups
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,7 +53,7 @@ BENCHES: dict[str, tuple[str, list[str], bool]] = {
     "workers": ("workers.py", ["--repeat", "2"], True),
     "console": (
         "console.py",
-        ["--tenants", "100000", "--seconds", "20", "--shots", str(ROOT / "docs/screenshots/many")],
+        ["--tenants", "100000", "--seconds", "20", "--shots", "docs/screenshots/many"],
         False,
     ),
     "startup": ("startup.py", ["--runs", "10"], True),

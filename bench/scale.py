@@ -24,8 +24,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.redis_server, app
-
 import asyncpg
 from _common import (
     asyncpg_dsn,
@@ -51,8 +49,8 @@ from engine import (
     Store,
     SystemClock,
 )
-from tests.cli_support import REPO, clean_env
-from tests.redis_server import RedisServer
+from testkit.cli import REPO, clean_env
+from testkit.redis_server import RedisServer
 
 PROVIDER_LIMIT = Limit(1_000_000.0, 10_000.0)
 

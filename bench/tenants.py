@@ -29,8 +29,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.cli_support, app
-
 import asyncpg
 from _common import REDIS, asyncpg_dsn, emit, fresh_pg, log_level_warning, parser, pg_reachable
 from _procs import peak_rss_mb
@@ -47,7 +45,7 @@ from engine import (
     TenantSpec,
 )
 from engine.limits.envelope import worst_window
-from tests.cli_support import REPO, clean_env
+from testkit.cli import REPO, clean_env
 
 TENANT_LIMIT = Limit(20.0, 10.0)
 PROVIDERS = ("sim-a", "sim-b", "sim-c")

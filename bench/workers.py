@@ -37,8 +37,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # app, engine
-
 from _common import REDIS, emit, fresh_pg, log_level_warning, parser, pg_reachable
 from _procs import peak_rss_mb, process_cpu_s, server_cpu_s
 from tenants import (
@@ -52,7 +50,7 @@ from tenants import (
 )
 
 from engine import SecretBox
-from tests.cli_support import REPO, clean_env
+from testkit.cli import REPO, clean_env
 
 _WORK = re.compile(r"longest loop stall (\d+) ms; (\d+) claims, (\d+) keys found nothing")
 

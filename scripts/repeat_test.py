@@ -1,9 +1,10 @@
 """Run one test module (or node) many times over and say how many runs passed.
 
 A test that passes most of the time is a suite that cannot be trusted: this is how a flaky
-one is shown fixed (issue 46: ``tests/test_plan_accuracy.py`` 30 of 30 on a quiet machine).
+one is shown fixed (issue 46: ``tests/engine/planning/test_plan_accuracy.py`` 30 of 30 on a
+quiet machine).
 
-    python scripts/repeat_test.py tests/test_plan_accuracy.py --runs 30
+    python scripts/repeat_test.py tests/engine/planning/test_plan_accuracy.py --runs 30
 
 Each run is a fresh ``pytest`` process; a failing run's assertion lines are printed. The
 last line is JSON (``runs``, ``passed``, ``seconds``, ``load_before``); the exit status is 0

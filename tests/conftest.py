@@ -6,17 +6,14 @@ Tests marked ``postgres`` skip with a reason when no server answers, except unde
 
 from __future__ import annotations
 
-import asyncio
 import os
 
 # Qt has no screen here and in CI; set before anything imports PySide6.
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy.engine import make_url
 
 from engine import (
     BUILTIN_KINDS,
@@ -29,54 +26,15 @@ from engine import (
     Store,
     SystemClock,
 )
-from tests.cli_support import Cli
-from tests.scripted import Script
-from tests.virtual_time import VirtualEngines
-
-PG_ADMIN_URL = os.environ.get("OMNIPOST_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
-IN_CI = bool(os.environ.get("CI"))
-BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-
-
-async def _pg_admin(sql: str) -> None:
-    import asyncpg
-
-    url = make_url(PG_ADMIN_URL)
-    conn = await asyncpg.connect(
-        host=url.host, port=url.port or 5432, user=url.username, database=url.database, timeout=5
-    )
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
-
-
-def _postgres_or_skip() -> None:
-    try:
-        asyncio.run(_pg_admin("SELECT 1"))
-    except (TimeoutError, OSError, ImportError) as exc:
-        reason = f"PostgreSQL is not reachable at {PG_ADMIN_URL}: {exc}"
-        if IN_CI:
-            pytest.fail(f"{reason} (CI is set, so this fails instead of skipping)")
-        pytest.skip(reason)
+from testkit.cli import Cli
+from testkit.scripted import Script
+from testkit.stores import BACKENDS, EngineFactory, drop_pg_database, make_pg_database
+from testkit.virtual_time import VirtualEngines
 
 
 @pytest.fixture
 def box() -> SecretBox:
     return SecretBox([SecretBox.generate_key()])
-
-
-def make_pg_database() -> str:
-    """Create a fresh database; returns its URL. The caller drops it with drop_pg_database."""
-    _postgres_or_skip()
-    name = f"omnipost_t_{uuid.uuid4().hex[:12]}"
-    asyncio.run(_pg_admin(f'CREATE DATABASE "{name}"'))
-    return make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-
-
-def drop_pg_database(url: str) -> None:
-    name = make_url(url).database
-    asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 @pytest.fixture(params=BACKENDS)
@@ -98,9 +56,6 @@ async def store(store_url: str, box: SecretBox) -> AsyncIterator[Store]:
     async with Store(store_url, box) as s:
         await s.migrate()
         yield s
-
-
-EngineFactory = Callable[..., Awaitable[Engine]]
 
 
 @pytest.fixture

@@ -2,7 +2,9 @@
 
 import-linter (pyproject.toml) checks that ``ui`` and ``app`` import only the ``engine``
 package's public names. These tests check the rest of the façade (no reaching through an
-engine's private parts by attribute) and that no module grows past about 450 lines.
+engine's private parts by attribute), that no module grows past about 450 lines, that
+``Engine``'s menu names every public method where it is, and that no test (nor benchmark)
+imports a test module or ``conftest.py``: what they share is in ``testkit``.
 """
 
 from __future__ import annotations
@@ -109,3 +111,33 @@ def test_the_menu_check_reads_families_and_their_continued_lines() -> None:
     - two (``b``): ``w``
     """
     assert _menu(doc) == {"x": "a", "y": "a", "z": "a", "w": "b"}
+
+
+def _imports_of_tests(tree: ast.AST) -> list[str]:
+    """The modules of ``tests`` that ``tree`` imports (``tests.x``, ``from tests import x``)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module == "tests" or node.module.startswith("tests."):
+                found.append(node.module)
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] == "tests"]
+    return found
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(
+        [*(ROOT / "tests").rglob("*.py"), *(ROOT / "bench").rglob("*.py"), *_sources("testkit")]
+    ),
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_nothing_imports_a_test_module_or_conftest(path: Path) -> None:
+    """What tests share is in the test kit (``testkit``), never in another test module."""
+    found = _imports_of_tests(ast.parse(path.read_text(encoding="utf-8")))
+    assert not found, f"{path.name} imports {found}: put what it needs in testkit/"
+
+
+def test_the_import_check_finds_a_test_module() -> None:
+    tree = ast.parse("from tests.conftest import X\nimport tests.support\nfrom testkit import y\n")
+    assert _imports_of_tests(tree) == ["tests.conftest", "tests.support"]

@@ -2,7 +2,7 @@
 
 PySide6-Essentials 6.12.0 on Python 3.11 releases a reference to ``None``/``True`` on every
 signal emit and every Python slot call, until the interpreter aborts ("deallocating None");
-pyproject.toml therefore asks for PySide6 below 6.12, and ``tests/test_ui_pure.py`` emits
+pyproject.toml therefore asks for PySide6 below 6.12, and ``tests/ui/test_ui_pure.py`` emits
 enough signals to catch that bug should a release with it be installed.
 """
 

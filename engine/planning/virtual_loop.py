@@ -88,7 +88,7 @@ class _LeanVirtualLoop(_VirtualLoop):
     """``_VirtualLoop`` with a leaner loop iteration (a plan runs several per send) that keeps
     asyncio's order of callbacks exactly. It reads and writes asyncio's private state, as
     CPython 3.11 to 3.13 keep it; on any other version ``run_virtual`` uses ``_VirtualLoop``,
-    and ``tests/test_planner.py`` checks that both give the same plans.
+    and ``tests/engine/planning/test_planner.py`` checks that both give the same plans.
 
     Its timers are asyncio's ``TimerHandle``s on a heap, as in ``BaseEventLoop``, but each
     as ``(when, timer)``: the heap compares the floats in C where asyncio calls

@@ -4,7 +4,8 @@
 They live apart from ``schema`` because declaring a Postgres partial index
 (``postgresql_where``) imports SQLAlchemy's Postgres dialect, about 20 ms of a command's start on
 SQLite. Only what makes or compares DDL imports this module: the migrations' environment and
-``tests/test_migrations.py``, which checks that the migrations create exactly ``metadata``.
+``tests/engine/store/test_migrations.py``, which checks that the migrations create exactly
+``metadata``.
 """
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ RETURNING id, recipient, payload, idempotency_key, attempt, failures, max_attemp
 # side is NULL when it holds), which no index serves, so the rows are found by primary key. As
 # ``lease_owner = $4 AND state = 'leased'`` the planner could find them through the indexes on
 # owner and state, which keep an entry for every row those once matched until a vacuum: that
-# acknowledgement read more the more a worker had delivered (tests/test_pg_ack.py).
+# acknowledgement read more the more a worker had delivered (tests/engine/store/test_pg_ack.py).
 DELIVER_SQL = f"""
 WITH acked AS (
     UPDATE notifications

@@ -35,7 +35,8 @@ __all__ = ["HEAD", "Store"]
 
 log = logging.getLogger(__name__)
 _MIGRATIONS = Path(__file__).with_name("migrations")
-# The newest migration's revision (tests/test_migrations.py checks it against the scripts):
+# The newest migration's revision (tests/engine/store/test_migrations.py checks it against the
+# scripts):
 # known here, so that a command checks the store's revision without importing Alembic, which
 # only ``migrate`` needs.
 HEAD = "0010"

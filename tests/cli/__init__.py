@@ -1,0 +1,1 @@
+"""The command line: each command, bad input said in one sentence, startup cost, metrics."""

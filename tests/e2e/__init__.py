@@ -1,0 +1,3 @@
+"""Whole runs: real providers' protocols end to end, faults and crashes, many workers, the packaged
+app.
+"""

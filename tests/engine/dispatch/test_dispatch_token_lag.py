@@ -1,0 +1,137 @@
+"""A send never goes out long after its token: a process held up between taking tokens and
+sending them (descheduled on a busy host) takes fresh ones instead, so that the provider sees
+the envelope within ``token_lag_s``.
+
+On virtual time: the engine's limiter holds its caller back 60 ms once, right after it took
+the first batch's tokens again (``_retake``), as the scheduler would hold the whole process.
+Without the bound, that batch then goes out together with the tokens that fell due meanwhile,
+which the next round takes at once. The file provider stamps each send with the same clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from engine import (
+    BUILTIN_KINDS,
+    BucketKey,
+    BucketLevel,
+    DispatcherSettings,
+    Engine,
+    EngineSettings,
+    FakeClock,
+    Limit,
+    LocalLimiter,
+    Reservation,
+    Store,
+)
+from testkit.envelope import check_envelope
+from testkit.support import enqueue_numbered, read_lines
+from testkit.virtual_time import file_kind, on_virtual_time, until
+
+STALL_S = 0.06
+LIMIT = Limit(100.0, 10.0)
+COUNT = 200
+WINDOWS_S = (0.01, 0.05, 0.1, 0.5, 1.0)
+
+
+class StallsOnce:
+    """A ``LocalLimiter`` whose caller is held up ``STALL_S`` after its second grant of more
+    than one token: the first claim's tokens, taken again once the leases are in hand."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.inner = LocalLimiter(clock)
+        self.clock = clock
+        self.batches = 0
+
+    async def configure(self, key: BucketKey, limit: Limit | None) -> None:
+        await self.inner.configure(key, limit)
+
+    async def configure_many(self, limits: Sequence[tuple[BucketKey, Limit | None]]) -> None:
+        await self.inner.configure_many(limits)
+
+    async def reserve(self, keys: Sequence[BucketKey], n: int) -> Reservation:
+        return await self._granted(await self.inner.reserve(keys, n))
+
+    async def refund(self, reservation: Reservation, n: int) -> None:
+        await self.inner.refund(reservation, n)
+
+    async def retake(self, reservation: Reservation, n: int) -> Reservation:
+        return await self._granted(await self.inner.retake(reservation, n))
+
+    async def reserve_many(
+        self, asks: Sequence[tuple[Sequence[BucketKey], int]]
+    ) -> list[Reservation]:
+        return [await self._granted(got) for got in await self.inner.reserve_many(asks)]
+
+    async def retake_many(self, asks: Sequence[tuple[Reservation, int]]) -> list[Reservation]:
+        return [await self._granted(got) for got in await self.inner.retake_many(asks)]
+
+    async def refund_many(self, refunds: Sequence[tuple[Reservation, int]]) -> None:
+        await self.inner.refund_many(refunds)
+
+    async def _granted(self, got: Reservation) -> Reservation:
+        if got.granted > 1:
+            self.batches += 1
+            if self.batches == 2:
+                await self.clock.sleep(STALL_S)
+        return got
+
+    async def block(self, key: BucketKey, for_s: float) -> None:
+        await self.inner.block(key, for_s)
+
+    async def levels(self, keys: Sequence[BucketKey] | None = None) -> list[BucketLevel]:
+        return await self.inner.levels(keys)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def _run(store: Store, tmp_path: Path, token_lag_s: float) -> tuple[list[float], int]:
+    """Send COUNT through a tenant at LIMIT; returns the provider's stamps and the stale
+    tokens the engine replaced."""
+    clock = FakeClock(autojump=True)
+    limiter = StallsOnce(clock)
+    settings = EngineSettings(dispatch=DispatcherSettings(concurrency=16, token_lag_s=token_lag_s))
+    kinds = {**BUILTIN_KINDS, "file": file_kind(clock)}
+    engine = Engine(
+        on_virtual_time(store, clock, latency_s=0.002),
+        limiter,
+        kinds,
+        clock=clock,
+        settings=settings,
+    )
+    out = tmp_path / f"sent-{token_lag_s}.jsonl"
+    await engine.open()
+    try:
+        await engine.add_tenant("acme", LIMIT)
+        await engine.add_provider("file", "file", options={"path": str(out)})
+        await enqueue_numbered(engine, "acme", "file", COUNT)
+        await engine.start()
+        await until(clock, lambda: engine.totals().delivered == COUNT, within_s=60)
+        stale = engine.totals().stale_tokens
+    finally:
+        await engine.close()
+    assert limiter.batches >= 2
+    return [line["ts"] for line in read_lines(out)], stale
+
+
+async def test_a_held_up_batch_takes_fresh_tokens_and_the_envelope_holds(
+    store: Store, tmp_path: Path
+) -> None:
+    ts, stale = await _run(store, tmp_path, token_lag_s=0.01)
+    assert stale > 0
+    check_envelope(ts, LIMIT.rate_per_s, LIMIT.burst, windows=WINDOWS_S)
+
+
+async def test_without_the_bound_the_held_up_batch_breaks_the_envelope(
+    store: Store, tmp_path: Path
+) -> None:
+    """The same run with the bound out of the way: the proof that the test above can fail."""
+    ts, stale = await _run(store, tmp_path, token_lag_s=3600.0)
+    assert stale == 0
+    with pytest.raises(AssertionError, match="deliveries in the"):
+        check_envelope(ts, LIMIT.rate_per_s, LIMIT.burst, windows=WINDOWS_S)

@@ -1,0 +1,1 @@
+"""What-if planning: the planner, the traffic shapes, and how close a plan comes to a real run."""

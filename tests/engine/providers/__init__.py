@@ -1,0 +1,1 @@
+"""Each provider kind against its loopback server, and what every kind shares."""

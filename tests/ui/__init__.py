@@ -1,0 +1,1 @@
+"""The console (offscreen): its views, models and the application around them."""
