@@ -406,11 +406,13 @@ class Bridge(SuppressionCommands):
 
     async def aclose(self) -> None:
         """Stop sampling and every task of the bridge, then stop and close the engine."""
+        self.closing = True
         self.stop_sampling()
         await self._cancel_simulation()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        while self._tasks:  # a command asked for just before may start meanwhile
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._engine.close()
 
     def __repr__(self) -> str:

@@ -25,10 +25,12 @@ S = TypeVar("S", bound=Sampler)
 def command(
     fn: Callable[Concatenate[S, P], Coroutine[Any, Any, None]],
 ) -> Callable[Concatenate[S, P], asyncio.Task[None]]:
-    """Make ``fn`` an ``asyncSlot`` whose errors become one sentence on ``Sampler.error``."""
+    """Make ``fn`` an ``asyncSlot`` whose errors become one sentence on ``Sampler.error``. Once
+    the bridge is closing, a call (a view's timer firing late) starts nothing."""
 
     @functools.wraps(fn)
     async def guarded(self: S, *args: P.args, **kwargs: P.kwargs) -> None:
+        self.keep_task(asyncio.current_task())  # the bridge's close waits for it
         try:
             await fn(self, *args, **kwargs)
         except OmniPostError as exc:
@@ -39,4 +41,11 @@ def command(
             self.report_error(f"{action} failed unexpectedly ({type(exc).__name__}); see the log.")
 
     slot = qasync.asyncSlot()(guarded)
-    return cast("Callable[Concatenate[S, P], asyncio.Task[None]]", slot)
+
+    @functools.wraps(fn)
+    def call(self: S, *args: P.args, **kwargs: P.kwargs) -> asyncio.Task[None] | None:
+        if self.closing:
+            return None
+        return cast("asyncio.Task[None]", slot(self, *args, **kwargs))
+
+    return cast("Callable[Concatenate[S, P], asyncio.Task[None]]", call)

@@ -93,6 +93,7 @@ class Sampler(QObject):
         self._queue_query: QueueQuery | None = None
         self._burst = BurstTracker()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.closing = False  # set by the bridge's close: commands start no more work
         self._config_load = -1  # the engine's load of its configuration last taken
         self._shown_tenants: dict[str, tuple[str, ...]] = {}  # by who shows them
         self._followed: dict[str, None] = {}  # tenants that were among the deepest, newest last
@@ -215,9 +216,15 @@ class Sampler(QObject):
 
     def _spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self.keep_task(task)
         return task
+
+    def keep_task(self, task: asyncio.Task[Any] | None) -> None:
+        """Hold ``task`` (a sample, a command under way) until it is done: closing the bridge
+        cancels and awaits every one, so none reads a store that is being closed."""
+        if task is not None:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def sample(self) -> None:
         """Take one snapshot into the history and emit what changed. Store errors are shown
