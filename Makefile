@@ -39,11 +39,11 @@ pytest: install
 
 test: lint typecheck contracts pytest
 
-# The quick tier while working on a room: every test not marked slow (no real-time runs of the
-# dispatcher, no worker processes, no packaged app), stopping at the first failure. `make test`
-# is still what CI and a change's last run use.
+# The unit tier while working on a room, under 3 minutes: every test outside tests/e2e that takes
+# under a second (not marked slow), on SQLite and the local limiter (not Postgres, not Redis),
+# stopping at the first failure. `make test` is still what CI and a change's last run use.
 test-fast: install
-	$(BIN)/pytest -m "not slow" -x -q --ignore=tests/e2e
+	$(BIN)/pytest -m "not slow and not postgres and not redis" -x -q --ignore=tests/e2e
 
 # Needs Postgres on 127.0.0.1:5432 and Redis on 127.0.0.1:6379 (skipped where absent).
 # Writes docs/benchmarks.md and docs/bench/*.{json,png}; about 20 minutes on 2 cores.

@@ -274,6 +274,7 @@ def test_worker_delivers_each_notification_once_through_a_file_provider(
     assert "delivered 0 " in cli.ok("worker", "--until-empty", "--quiet")
 
 
+@pytest.mark.slow
 def test_simulate_a_steady_burst(cli: Cli) -> None:
     cli.ok("tenant", "add", "acme")
     cli.ok("tenant", "add", "globex")
@@ -336,6 +337,7 @@ def make_dead(cli: Cli, count: int) -> list[int]:
     return ids
 
 
+@pytest.mark.slow
 def test_dead_list_and_discard(cli: Cli) -> None:
     ids = make_dead(cli, 3)
     dead = cli.json("dead", "list")
@@ -354,6 +356,7 @@ def test_dead_list_and_discard(cli: Cli) -> None:
     assert cli.json("dead", "list") == []
 
 
+@pytest.mark.slow
 def test_dead_retry_after_fixing_the_provider(cli: Cli) -> None:
     ids = make_dead(cli, 4)
     cli.ok("provider", "set", "sim", "--option", "permanent_rate=0")

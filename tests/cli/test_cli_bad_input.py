@@ -532,6 +532,7 @@ PROCESS_CASES: list[tuple[list[str], str, int, dict[str, str]]] = [
 ]
 
 
+@pytest.mark.slow
 def test_no_traceback_at_the_process_level(tmp_path: Path) -> None:
     """The cases run concurrently, each as ``python -m app``: one sentence, right exit code."""
     url = f"sqlite:///{tmp_path / 'omnipost.db'}"
@@ -561,6 +562,7 @@ def test_no_traceback_at_the_process_level(tmp_path: Path) -> None:
     assert dump(url) == before
 
 
+@pytest.mark.slow
 def test_a_worker_whose_keys_cannot_open_the_recipients_stops_and_gives_them_back(
     tmp_path: Path,
 ) -> None:

@@ -4,6 +4,8 @@ sentence."""
 
 from __future__ import annotations
 
+import pytest
+
 from testkit.cli import Cli, assert_one_sentence
 from testkit.redis_server import free_port
 
@@ -22,6 +24,7 @@ def open_circuit(cli: Cli) -> None:
     cli.ok("worker", "--duration", "1.5", "--quiet")
 
 
+@pytest.mark.slow
 def test_provider_list_and_stats_show_an_open_circuit_and_resume_closes_it(cli: Cli) -> None:
     open_circuit(cli)
     [listed] = cli.json("provider", "list")

@@ -165,6 +165,7 @@ BAD = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("argv", "says"), BAD)
 def test_bad_input_is_one_sentence_and_exit_2(configured: Cli, argv: list[str], says: str) -> None:
     result = configured("plan", *argv)
@@ -231,6 +232,7 @@ def http() -> Iterator[ThreadedServer]:
         yield server
 
 
+@pytest.mark.slow
 def test_plans_call_no_provider_and_write_nothing(cli: Cli, http: ThreadedServer) -> None:
     with ThreadedMail() as mail:
         cli.ok("tenant", "add", "acme", "--rate", "10")

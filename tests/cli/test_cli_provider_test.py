@@ -59,6 +59,7 @@ def test_a_test_send_is_delivered(kind: str, cli: Cli, tmp_path: Path) -> None:
     assert [(h.recipient, h.status) for h in loopback.hits()] == [(recipient, loopback.ok_status)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_test_send_to_a_gone_recipient_says_so(kind: str, cli: Cli, tmp_path: Path) -> None:
     loopback, _, out = provider_test(cli, tmp_path, kind, locked=False, gone=True)

@@ -123,6 +123,7 @@ def test_set_survives_a_restart_and_other_processes_see_it(cli: Cli, tmp_path: P
 BAD_AGES = ["-1d", "7 parsecs", "nan", "", "1e5s", "inf", "7", "d", "1d 7 parsecs", "x" * 10_000]
 
 
+@pytest.mark.slow
 @SQLITE_ONLY
 @pytest.mark.parametrize("window", ["delivered", "dead", "log", "audit"])
 @pytest.mark.parametrize("bad", BAD_AGES, ids=lambda bad: repr(bad)[:20])
@@ -138,6 +139,7 @@ def test_a_bad_age_is_one_sentence_and_changes_nothing(cli: Cli, window: str, ba
     assert count(str(cli.db_url), "audit_log") == audited
 
 
+@pytest.mark.slow
 @SQLITE_ONLY
 @pytest.mark.parametrize(
     ("argv", "says"),
@@ -181,6 +183,7 @@ def make_history(cli: Cli) -> None:
     enqueue(cli, "sim", "q2")
 
 
+@pytest.mark.slow
 def test_prune_dry_run_then_for_real(cli: Cli) -> None:
     url = str(cli.db_url)
     make_history(cli)
@@ -243,6 +246,7 @@ def test_prune_dry_run_then_for_real(cli: Cli) -> None:
     assert not any("given back" in line for line in text)  # said only when pages were freed
 
 
+@pytest.mark.slow
 def test_forever_keeps_everything(cli: Cli) -> None:
     url = str(cli.db_url)
     make_history(cli)
@@ -260,6 +264,7 @@ def test_forever_keeps_everything(cli: Cli) -> None:
     assert "d1" in keys_kept(url)
 
 
+@pytest.mark.slow
 def test_a_pruned_notifications_key_can_be_used_again(cli: Cli) -> None:
     url = str(cli.db_url)
     make_history(cli)

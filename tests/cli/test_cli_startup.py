@@ -106,6 +106,7 @@ def test_version_and_help_import_nothing_heavy(args: list[str], tmp_path: Path) 
     assert found(modules, HEAVY) == []
 
 
+@pytest.mark.slow
 def test_a_listing_on_sqlite_loads_only_what_it_reads_with(tmp_path: Path) -> None:
     assert loaded(["migrate"], tmp_path)[0] == "exit 0"
     exit_line, modules = loaded(["tenant", "list"], tmp_path)
@@ -127,6 +128,7 @@ print("exit", code, "collecting", gc.isenabled(), "frozen", gc.get_freeze_count(
 """
 
 
+@pytest.mark.slow
 def test_a_command_run_as_the_program_freezes_its_modules_and_collects_again(
     tmp_path: Path,
 ) -> None:

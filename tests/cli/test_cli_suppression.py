@@ -66,6 +66,7 @@ def test_add_list_enqueue_remove(setup: Cli, tmp_path: Path) -> None:
     assert not any(PHONE in line for line in cli.transcript)
 
 
+@pytest.mark.slow
 def test_add_from_a_file_and_from_stdin_and_page_the_list(
     setup: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

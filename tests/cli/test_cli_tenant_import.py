@@ -82,6 +82,7 @@ def test_import_reads_stdin_and_prints_json(
     assert tenants(cli)["acme"] == ({"rate_per_s": 1.0, "burst": 1.0}, True)
 
 
+@pytest.mark.slow
 def test_export_then_import_update_sets_every_tenant_back_exactly(cli: Cli, tmp_path: Path) -> None:
     cli.ok("tenant", "add", "acme", "--rate", "1000/h", "--burst", "2.5")
     cli.ok("tenant", "add", "globex", "--rate", "0.1", "--disable")
@@ -161,6 +162,7 @@ BAD_LINES: list[tuple[str, str]] = [
 ]
 
 
+@pytest.mark.slow
 def test_a_bad_line_names_itself_exits_2_and_writes_nothing(cli: Cli, tmp_path: Path) -> None:
     cli.ok("tenant", "add", "acme", "--rate", "10")
     before = cli.ok("tenant", "export")

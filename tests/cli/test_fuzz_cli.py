@@ -214,6 +214,7 @@ def _expected_limit(rate: str | None, burst: str | None) -> tuple[float, float] 
     return per_s, value
 
 
+@pytest.mark.slow
 @FUZZ
 @given(
     name=st.one_of(valid_name, valid_name, nasty_text),
@@ -274,6 +275,7 @@ GOOD_CONFIGS: list[tuple[str, list[tuple[str, str]], list[tuple[str, str]]]] = [
 ]
 
 
+@pytest.mark.slow
 @FUZZ
 @given(
     name=st.one_of(valid_name, valid_name, nasty_text),
@@ -353,6 +355,7 @@ valid_text = st.one_of(
 FIELDS = ("tenant", "provider", "recipient", "payload", "key", "priority")
 
 
+@pytest.mark.slow
 @FUZZ
 @given(
     good=st.fixed_dictionaries(
@@ -419,6 +422,7 @@ line_value = st.one_of(
 )
 
 
+@pytest.mark.slow
 @FUZZ
 @given(
     good=st.fixed_dictionaries(
@@ -497,6 +501,7 @@ FLAGS = [
 token = st.one_of(st.sampled_from(FLAGS), nasty_text, st.integers(-5, 10).map(str))
 
 
+@pytest.mark.slow
 @FUZZ
 @given(command=st.sampled_from(COMMANDS), tokens=st.lists(token, max_size=6))
 def test_any_arguments(setup: Setup, command: list[str], tokens: list[str]) -> None:

@@ -93,6 +93,7 @@ def test_xcb_chosen_by_name_is_checked(plugins: Path) -> None:
     assert xcb_problem(env, loader(plugin_fails=False)) is None
 
 
+@pytest.mark.slow
 def test_the_console_says_it_in_one_sentence_and_exits_1(plugins: Path, tmp_path: Path) -> None:
     """The real CLI and the real loader, on a plugin that cannot load."""
     env = clean_env(tmp_path, DISPLAY=":987", QT_QPA_PLATFORM_PLUGIN_PATH=str(plugins))

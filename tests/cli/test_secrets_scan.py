@@ -136,6 +136,7 @@ def _inspect(cli: Cli) -> None:
     assert failed.code == 1 and "via mail: unavailable (SMTPConnectError: " in failed.out, failed
 
 
+@pytest.mark.slow
 def test_a_full_session_leaves_no_plaintext_secret(
     store_url: str,
     tmp_path: Path,
@@ -184,6 +185,7 @@ CLOSED = f"postgresql://omni:{PG_PASSWORD}@127.0.0.1:1/omnipost"
 BAD_PORT = f"postgresql://omni:{PG_PASSWORD}@127.0.0.1:x/omnipost"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("argv", "code"),
     [
@@ -212,6 +214,7 @@ def test_a_store_url_password_never_shows_in_errors(
         assert (again.code, found(again.out + again.err)) == (code, [])
 
 
+@pytest.mark.slow
 def test_a_store_url_password_never_shows_in_a_process_log(tmp_path: Path) -> None:
     """As a process with -v: the connection retries are logged; the password is not."""
     proc = run_process(["tenant", "list", "-v", "--db", CLOSED], clean_env(tmp_path), timeout_s=120)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 import sqlalchemy as sa
 
 from engine import Store
@@ -14,6 +15,7 @@ from testkit.support import new_notification
 COUNT = 8
 
 
+@pytest.mark.slow
 async def test_a_listing_sees_every_row_once_while_rows_change_state(store: Store) -> None:
     tenant = await store.config.add_tenant("acme", None, now=1.0, actor="t")
     provider = await store.config.add_provider("f", "file", None, {}, {}, now=1.0, actor="t")

@@ -34,6 +34,7 @@ async def sized(tmp_path: Path) -> AsyncIterator[dict[int, tuple[Engine, Countin
             await store.close()
 
 
+@pytest.mark.slow
 async def test_a_progress_lines_snapshot_costs_the_same_at_100_and_10000_tenants(
     sized: dict[int, tuple[Engine, CountingLimiter]],
 ) -> None:
@@ -65,6 +66,7 @@ def test_the_last_line_reads_the_totals_afresh() -> None:
     assert BRIEF_VIEW.deepest == 0 and not BRIEF_VIEW.tenants and not BRIEF_VIEW.buckets
 
 
+@pytest.mark.slow
 async def test_a_metrics_snapshot_costs_the_same_at_100_and_10000_tenants(
     sized: dict[int, tuple[Engine, CountingLimiter]],
 ) -> None:

@@ -97,6 +97,7 @@ async def test_the_distribution_of_fills_counts_every_bucket_reading_the_recent_
     assert not (await engine.snapshot(view=SnapshotView())).picks.fills  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 async def test_the_full_snapshot_still_reads_every_tenant(
     engines: dict[int, tuple[Engine, CountingLimiter]],
 ) -> None:

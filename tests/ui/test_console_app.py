@@ -13,6 +13,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from app.cli import build_parser
 from testkit.cli import REPO
 
@@ -42,6 +44,7 @@ def test_no_command_means_the_console() -> None:
     assert parser.parse_args(["migrate"]).command == "migrate"
 
 
+@pytest.mark.slow
 def test_self_test_passes_and_saves_a_screenshot(tmp_path: Path) -> None:
     shot = tmp_path / "console.png"
     done = subprocess.run(
@@ -106,6 +109,7 @@ CLOSE_AFTER_DELIVERIES = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_closing_the_window_stops_the_engine_and_returns_leases(tmp_path: Path) -> None:
     script = tmp_path / "close.py"
     script.write_text(CLOSE_AFTER_DELIVERIES)

@@ -41,6 +41,7 @@ def test_the_banner_names_the_provider_why_and_the_next_probe() -> None:
     assert health_text(probing, 1_010.0) == "half-open (probing)"
 
 
+@pytest.mark.slow
 def test_an_open_circuit_shows_and_resume_now_closes_it(qtbot: QtBot, tmp_path: Path) -> None:
     port = closed_port()
     options = {

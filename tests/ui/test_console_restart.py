@@ -20,6 +20,7 @@ def acme_tokens(c: Console) -> float:
     return level.tokens
 
 
+@pytest.mark.slow
 def test_stop_then_start_keeps_the_limiter(qtbot: QtBot, tmp_path: Path) -> None:
     with console(qtbot, tmp_path, window=False) as c:
         c.seed()

@@ -18,6 +18,7 @@ from ui.widgets import CheckedEdit
 pytestmark = pytest.mark.qt_log_ignore(OFFSCREEN_NOISE)
 
 
+@pytest.mark.slow
 def test_editing_a_rate_in_the_table_changes_the_bucket_and_the_store(
     qtbot: QtBot, tmp_path: Path
 ) -> None:
@@ -58,6 +59,7 @@ def test_editing_a_rate_in_the_table_changes_the_bucket_and_the_store(
         assert c.errors == []
 
 
+@pytest.mark.slow
 def test_a_burst_from_the_simulator_moves_gauges_and_depth(qtbot: QtBot, tmp_path: Path) -> None:
     with console(qtbot, tmp_path) as c:
         c.seed()

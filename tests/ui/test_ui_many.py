@@ -143,6 +143,7 @@ def test_the_filter_box_shows_the_matching_buckets(qtbot: QtBot, tmp_path: Path)
         c.wait(lambda: dashboard.gauges.groups[0].heading.startswith("Emptiest"))
 
 
+@pytest.mark.slow
 @offscreen
 def test_past_a_few_hundred_buckets_the_dashboard_maps_every_fill(
     qtbot: QtBot, tmp_path: Path
@@ -315,6 +316,7 @@ def test_the_shown_model_passes_qts_model_tester(qtmodeltester: ModelTester) -> 
     check_model(qtmodeltester, model)
 
 
+@pytest.mark.slow
 @offscreen
 def test_the_tenants_view_pages_searches_and_reads_the_rows_on_screen_only(
     qtbot: QtBot, tmp_path: Path

@@ -281,6 +281,7 @@ def test_prune_now_deletes_old_finished_rows_and_shows_the_counts(
     assert c.errors == []
 
 
+@pytest.mark.slow
 def test_the_store_is_read_on_a_slow_cadence_not_every_tick(
     harness: Console, monkeypatch: pytest.MonkeyPatch
 ) -> None:

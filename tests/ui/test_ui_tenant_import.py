@@ -23,6 +23,7 @@ def write_lines(path: Path, *lines: dict[str, Any] | str) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_import_button_imports_a_file_and_tells_a_bad_line(
     qtbot: QtBot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

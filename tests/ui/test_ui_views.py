@@ -19,6 +19,7 @@ from ui import MainWindow
 pytestmark = pytest.mark.qt_log_ignore(OFFSCREEN_NOISE)
 
 
+@pytest.mark.slow
 def test_dashboard_draws_every_series_once(qtbot: QtBot, tmp_path: Path) -> None:
     with console(qtbot, tmp_path) as c:
         c.seed()
@@ -145,6 +146,7 @@ def test_providers_view_adds_masks_secrets_and_test_sends(qtbot: QtBot, tmp_path
         assert out.read_text().count("\n") == 1
 
 
+@pytest.mark.slow
 def test_dispatch_controls_start_pause_stop_and_start_again(qtbot: QtBot, tmp_path: Path) -> None:
     with console(qtbot, tmp_path) as c:
         c.seed()

@@ -100,6 +100,7 @@ async def test_real_time_twenty_workers_drain_three_hundred_exactly_once(
             await engine.close()
 
 
+@pytest.mark.slow
 async def test_real_time_ten_thousand_across_five_tenants_none_lost_none_twice(
     make_engine: EngineFactory, store: Store, tmp_path: Path
 ) -> None:

@@ -160,6 +160,7 @@ async def test_a_pair_limit_holds_for_its_pair_only(
     assert free[-1] - free[0] < ideal_s / 2  # the other tenant on that provider is not held
 
 
+@pytest.mark.slow
 async def test_real_time_a_tenant_limit_holds_on_the_system_clock(
     make_engine: EngineFactory, tmp_path: Path
 ) -> None:

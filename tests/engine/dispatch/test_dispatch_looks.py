@@ -75,6 +75,7 @@ async def test_a_small_tenants_enqueues_beside_a_backlog_need_no_look_at_every_k
     assert len(looks) <= 20
 
 
+@pytest.mark.slow
 async def test_many_small_tenants_cost_looks_and_asks_in_proportion_to_the_sends(
     engines: VirtualEngines, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -212,6 +213,7 @@ async def test_visits_that_lease_nothing_are_bounded_by_the_rounds_not_by_the_ke
     assert len(claims) <= dispatcher.delivered, (len(claims), dispatcher.delivered)
 
 
+@pytest.mark.slow
 async def test_keys_held_by_their_own_buckets_share_a_claim(
     store: Store, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -238,6 +240,7 @@ async def test_keys_held_by_their_own_buckets_share_a_claim(
     assert len(claims) * 4 <= dispatcher.delivered, (len(claims), dispatcher.delivered)
 
 
+@pytest.mark.slow
 async def test_a_few_deep_backlogs_take_a_turn_each_not_the_small_tenants_turns(
     store: Store, clock: FakeClock
 ) -> None:

@@ -103,6 +103,7 @@ async def drain_big(engines: VirtualEngines, prefetch: int | None, n: int) -> tu
     return took_s, most
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ahead", [BATCH, None], ids=["prefetch=batch", "default"])
 async def test_senders_stay_busy_with_a_slow_provider(
     engines: VirtualEngines, ahead: int | None

@@ -114,6 +114,7 @@ async def sqlite_store(tmp_path: Path) -> AsyncIterator[Store]:
         yield store
 
 
+@pytest.mark.slow
 @pytest.mark.redis
 async def test_restart_keeps_the_redis_buckets(sqlite_store: Store) -> None:
     client = await redis_client_or_skip()

@@ -345,6 +345,7 @@ async def test_levels_are_sorted_by_key_and_show_blocks(limiter: Limiter) -> Non
     assert [lv.blocked_for_s for lv in levels] == [pytest.approx(1.5, abs=CLOSE), 0.0, 0.0]
 
 
+@pytest.mark.slow
 async def test_what_is_granted_stays_inside_the_envelope(make_limiter: MakeLimiter) -> None:
     """Four tasks on two limiters (two processes, for Redis) ask as fast as they can for
     1.5 s at 200/s burst 20: together they get at most burst + rate * elapsed + 1, and at

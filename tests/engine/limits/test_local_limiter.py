@@ -390,6 +390,7 @@ BATCHES = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(limits=LIMITS, blocks=BLOCKS, batches=BATCHES)
 def test_batches_equal_the_single_calls_in_turn(

@@ -478,6 +478,7 @@ async def test_returns_to_redis_when_it_answers_again(
     assert "answers again" in caplog.text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("made_from", ["url", "client"])
 async def test_a_hung_redis_falls_back_within_the_call_timeout(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, made_from: str
@@ -535,6 +536,7 @@ async def test_a_hung_redis_falls_back_within_the_call_timeout(
         server.stop()
 
 
+@pytest.mark.slow
 async def test_a_loop_held_up_past_the_deadline_is_not_taken_for_an_outage(
     make: Make, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -156,6 +156,7 @@ def test_bad_options_are_one_sentence(options: dict[str, str], secret: str, word
     assert words in refused.value.message and "PRIVATE" not in refused.value.message
 
 
+@pytest.mark.slow
 async def test_pushes_go_through_an_engine(store: Store, tmp_path: Path) -> None:
     """Through a dispatching engine on each store: delivered over HTTP/2, an unregistered
     device dead, a throttle spending no attempt."""

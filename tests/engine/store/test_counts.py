@@ -315,6 +315,7 @@ async def _hot_paths(store: Store, tenant: int, provider: int) -> dict[str, list
     return statements
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("analyze", [True, False], ids=["analysed", "no-statistics"])
 async def test_hot_paths_stay_on_indexes(tmp_path: Path, box: SecretBox, analyze: bool) -> None:
     """With planner statistics (``ANALYZE``, ``PRAGMA optimize``) and without them (a new

@@ -160,6 +160,7 @@ def test_keys_new_add_puts_the_key_first_in_the_key_file(
 # -- omnipost keys rotate ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_after_rotation_the_new_key_alone_reads_and_delivers_everything(
     cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -380,6 +381,7 @@ async def test_a_batch_with_an_unreadable_row_is_not_written(store_url: str) -> 
     assert written_by(found, THIRD) == {"n4"}
 
 
+@pytest.mark.slow
 async def test_rotating_while_a_worker_drains_loses_nothing(store_url: str, tmp_path: Path) -> None:
     out = tmp_path / "out.jsonl"
     n = 80

@@ -332,6 +332,7 @@ PROPERTY = settings(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
 @settings(PROPERTY, max_examples=25)
 @given(world=populations())
@@ -542,6 +543,7 @@ async def _holder(store: Store, name: str) -> str | None:
     return await store._db.read(tx)
 
 
+@pytest.mark.slow
 async def test_running_engines_take_turns_at_pruning(
     store_url: str, box: SecretBox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -598,6 +600,7 @@ CYCLES, PER_CYCLE = 5, 3_000
 PAYLOAD = {"body": "x" * 500}
 
 
+@pytest.mark.slow
 async def test_the_sqlite_file_stops_growing_across_fill_and_prune_cycles(
     tmp_path: Path, box: SecretBox
 ) -> None:

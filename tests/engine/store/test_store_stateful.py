@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -301,6 +302,7 @@ async def _make_template(db: Path) -> None:
             await store.config.add_provider(name, "simulated", None, {}, {}, now=T0, actor="t")
 
 
+@pytest.mark.slow
 def test_the_queue_against_a_model(tmp_path: Path) -> None:
     template = tmp_path / "template.db"
     asyncio.run(_make_template(template))
