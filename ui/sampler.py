@@ -321,7 +321,7 @@ class Sampler(QObject):
 
     async def _poll(self, snap: Snapshot) -> None:
         if self._every("config", _CONFIG_EVERY_S):
-            await self._reload_if_changed()
+            await self.reload_config()  # read again only when the engine loaded it again
         if self._every("workers", _WORKERS_EVERY_S):
             self._workers = await self._engine.workers()
             if self._changed("workers", self._workers):
@@ -342,12 +342,6 @@ class Sampler(QObject):
             self.simulation_changed.emit(status)
 
     # -- configuration ---------------------------------------------------------------------
-
-    async def _reload_if_changed(self) -> None:
-        """Take the configuration the engine applies (``Engine.applied_config``: loaded again
-        only when its token moved) and emit what changed: 100,000 tenants are neither read
-        again every few seconds to find nothing new nor held twice."""
-        await self.reload_config()
 
     async def reload_config(self) -> None:
         """Take tenants and limits from the engine and read the providers; emit the ones

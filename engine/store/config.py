@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -15,7 +14,7 @@ from engine.core.crypto import SecretBox
 from engine.core.domain import UNSET, BucketKey, Limit, Unset, validate_name
 from engine.core.errors import ConfigError, Conflict, NotFound
 from engine.store.audit import write_audit
-from engine.store.database import Database
+from engine.store.database import Database, in_parts
 from engine.store.records import (
     TENANT_SORTS,
     PairLimit,
@@ -27,28 +26,11 @@ from engine.store.records import (
 from engine.store.schema import providers, rate_limits, tenants
 from engine.store.tenant_bulk import TenantImport, TenantSpec, check_tenant_specs, write_tenants
 
-__all__ = ["READ_PART", "ConfigRepo"]
-
-T = TypeVar("T")
-READ_PART = 5_000  # rows made into records between two turns of the event loop
+__all__ = ["ConfigRepo"]
 
 
 def _limit(rate: float | None, burst: float | None) -> Limit | None:
     return None if rate is None or burst is None else _limit_of(rate, burst)
-
-
-async def _in_parts(
-    conn: AsyncConnection, query: sa.Select[Any], make: Callable[[Sequence[Any]], T]
-) -> list[T]:
-    """``make`` of every row of ``query``, ``READ_PART`` rows at a time with a turn of the
-    event loop between parts: 400,000 limits are read without stalling the loop for a second
-    (the driver fetches each part; the records are made here)."""
-    found: list[T] = []
-    result = await conn.stream(query)
-    async for part in result.partitions(READ_PART):
-        found += map(make, part)
-        await asyncio.sleep(0)
-    return found
 
 
 @functools.lru_cache(maxsize=1024)
@@ -143,7 +125,7 @@ class ConfigRepo:
 
     async def tenants(self) -> list[TenantRecord]:
         async def tx(conn: AsyncConnection) -> list[TenantRecord]:
-            return await _in_parts(conn, sa.select(tenants).order_by(tenants.c.name), _tenant)
+            return await in_parts(conn, sa.select(tenants).order_by(tenants.c.name), _tenant)
 
         return await self._db.read(tx)
 
@@ -339,7 +321,7 @@ class ConfigRepo:
                 .join(tenants, tenants.c.id == rate_limits.c.tenant_id)
                 .join(providers, providers.c.id == rate_limits.c.provider_id)
             )
-            return await _in_parts(conn, query, _pair_key)
+            return await in_parts(conn, query, _pair_key)
 
         return await self._db.read(tx)
 
@@ -364,7 +346,7 @@ class ConfigRepo:
             )
             if tenant_id is not None:
                 query = query.where(rate_limits.c.tenant_id == tenant_id)
-            return await _in_parts(conn, query, _pair_limit)
+            return await in_parts(conn, query, _pair_limit)
 
         return await self._db.read(tx)
 

@@ -6,7 +6,6 @@ reads one bounded range of an index per tenant or key, however many rows the sto
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 from collections.abc import Sequence
@@ -17,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.core.crypto import SecretBox, mask
 from engine.core.domain import NotificationState, Outcome
-from engine.store.database import Database
+from engine.store.database import Database, in_parts
 from engine.store.records import (
     DeliveryEntry,
     DepthRow,
@@ -93,12 +92,7 @@ class QueueReads:
         query = _QUEUED_COUNTS if share is None else _queued_counts_of(share)
 
         async def tx(conn: AsyncConnection) -> dict[tuple[int, int], int]:
-            found: dict[tuple[int, int], int] = {}
-            result = await conn.stream(query)
-            async for part in result.partitions(_COUNTS_PART):  # the loop turns between parts
-                found.update(((t, p), int(n)) for t, p, n in part)
-                await asyncio.sleep(0)
-            return found
+            return dict(await in_parts(conn, query, _count_entry))  # the loop turns meanwhile
 
         return await self._db.read(tx)
 
@@ -319,7 +313,11 @@ class QueueReads:
         return await self._db.read(tx)
 
 
-_COUNTS_PART = 5_000  # kept counts made into entries between two turns of the event loop
+def _count_entry(row: Sequence[Any]) -> tuple[tuple[int, int], int]:
+    tenant_id, provider_id, n = row
+    return (tenant_id, provider_id), int(n)
+
+
 _QUEUED_COUNTS = (
     sa.select(queue_counts.c.tenant_id, queue_counts.c.provider_id, sa.func.sum(queue_counts.c.n))
     .where(queue_counts.c.state == _QUEUED)
