@@ -61,10 +61,16 @@ class NotificationsPart(EngineParts):
         key: str | None = None,
         priority: int = 0,
     ) -> EnqueueResult:
-        """Queue one notification; with a key the tenant used before, return that one instead."""
-        results = await self.enqueue_many(
-            tenant, [EnqueueItem(provider, recipient, payload or {}, key, priority)]
-        )
+        """Queue one notification; with a key the tenant used before, return that one instead.
+        A provider that is not configured is ``NotFound``, anything else refused a
+        ``ConfigError``: one item has no index to name."""
+        item = EnqueueItem(provider, recipient, payload or {}, key, priority)
+        try:
+            results = await self.enqueue_many(tenant, [item])
+        except ItemRefused as refused:
+            raise (NotFound if refused.field == "provider" else ConfigError)(
+                refused.reason
+            ) from None
         return results[0]
 
     async def enqueue_many(self, tenant: str, items: Sequence[EnqueueItem]) -> list[EnqueueResult]:
