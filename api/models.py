@@ -3,9 +3,19 @@ field is a 422 naming it) and describe both directions in the OpenAPI document."
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+)
 
 from engine import MAX_KEY_CHARS, NotificationView, is_text
 
@@ -25,11 +35,14 @@ __all__ = [
     "Queued",
     "RateLimit",
     "read_incoming",
+    "utc_text",
 ]
 
 MAX_BATCH = 1000
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"  # tenant and provider names, as the engine's
-StateName = Literal["queued", "leased", "delivered", "dead", "cancelled", "suppressed"]
+StateName = Literal[
+    "queued", "scheduled", "leased", "delivered", "dead", "cancelled", "suppressed", "expired"
+]
 
 
 def _text(value: str) -> str:
@@ -67,6 +80,25 @@ class NewNotification(BaseModel):
     )
     priority: int = Field(
         default=0, ge=-1_000_000, le=1_000_000, description="Higher is sent first."
+    )
+    send_at: AwareDatetime | None = Field(
+        default=None,
+        description="Not sent before this time (RFC 3339 with an offset, such as "
+        "`2026-12-07T09:00:00+01:00`): `scheduled` until then. A time passed sends now; one "
+        "more than 35 days ahead (the server's bound) is refused.",
+    )
+    expires_at: AwareDatetime | None = Field(
+        default=None,
+        description="Never sent after this time (RFC 3339 with an offset): it ends `expired` "
+        "instead. Must come after `send_at` (or now). Give this or `ttl_s`, not both.",
+    )
+    ttl_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=35 * 86400,
+        description="Never sent later than this many seconds after its send time (`send_at`, "
+        "or now). Given neither this nor `expires_at`, the tenant's default deadline applies, "
+        "else the provider's, else none.",
     )
 
 
@@ -108,6 +140,12 @@ class Queued(BaseModel):
     duplicate: bool
     provider: str
     key: str | None
+    send_at: datetime | None = Field(
+        default=None, description="When it is to be sent, in UTC; null: now (or sent)."
+    )
+    expires_at: datetime | None = Field(
+        default=None, description="Its deadline, in UTC; null: none."
+    )
 
 
 class BatchAnswer(BaseModel):
@@ -127,8 +165,13 @@ class Notification(BaseModel):
     max_attempts: int
     enqueued_at: float = Field(description="Unix time, seconds.")
     available_at: float = Field(description="When it is (or was) next due, unix seconds.")
-    finished_at: float | None = Field(description="Delivered, dead or cancelled at.")
+    finished_at: float | None = Field(
+        description="Delivered, dead, cancelled, suppressed or expired at."
+    )
     last_error: str | None
+    expires_at: float | None = Field(
+        default=None, description="Its deadline, unix seconds; null: none."
+    )
 
     @classmethod
     def of(cls, view: NotificationView, provider: str) -> Notification:
@@ -145,7 +188,15 @@ class Notification(BaseModel):
             available_at=view.available_at,
             finished_at=view.finished_at,
             last_error=view.last_error,
+            expires_at=view.expires_at,
         )
+
+
+def utc_text(at: float | None) -> str | None:
+    """Unix seconds as RFC 3339 in UTC (``2026-12-07T08:00:00Z``); None stays None."""
+    if at is None:
+        return None
+    return datetime.fromtimestamp(at, UTC).isoformat().replace("+00:00", "Z")
 
 
 class NotificationPage(BaseModel):

@@ -31,6 +31,7 @@ from api.models import (
     RateLimit,
     StateName,
     read_incoming,
+    utc_text,
 )
 from api.problems import PROBLEM_JSON, ProblemError
 from engine import (
@@ -50,6 +51,7 @@ MAX_IDEMPOTENCY_KEY = 255
 MAX_ID = 2**63 - 1  # the store's ids are 64-bit
 _QUEUED = NotificationState.QUEUED.value
 _SUPPRESSED = NotificationState.SUPPRESSED.value
+_SCHEDULED = NotificationState.SCHEDULED.value
 _PROBLEM: dict[str, Any] = {
     "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}
 }
@@ -115,7 +117,7 @@ async def post_notifications(
         raise ProblemError(
             400, f"the Idempotency-Key header must be 1 to {MAX_IDEMPOTENCY_KEY} characters."
         )
-    canonical = json.dumps(body.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    canonical = json.dumps(_fingerprinted(body), sort_keys=True, separators=(",", ":"))
     fingerprint = hashlib.sha256(canonical.encode()).hexdigest()
     owner = uuid.uuid4().hex
     claim = await door.engine.claim_request(
@@ -158,6 +160,22 @@ async def post_notifications(
         notification_id=first,
     )
     return _accepted(answer, caller)
+
+
+def _fingerprinted(body: NewNotification | Batch) -> dict[str, Any]:
+    """What an ``Idempotency-Key``'s fingerprint is taken of: the body with every field, but a
+    notification's time fields only when given, so that a body without them has the
+    fingerprint it had before they existed (a request in flight across an upgrade)."""
+    dumped = body.model_dump(mode="json")
+    items = dumped["notifications"] if isinstance(body, Batch) else [dumped]
+    for item in items:
+        for name in _LIFETIME_FIELDS:
+            if item.get(name) is None:
+                item.pop(name, None)
+    return dumped
+
+
+_LIFETIME_FIELDS = ("send_at", "expires_at", "ttl_s")
 
 
 def _json(answer: dict[str, Any]) -> str:
@@ -203,6 +221,9 @@ async def _queue(
             item.payload,
             item.key or (f"http:{derived}:{index}" if derived else None),
             item.priority,
+            None if item.send_at is None else item.send_at.timestamp(),
+            None if item.expires_at is None else item.expires_at.timestamp(),
+            item.ttl_s,
         )
         for index, item in enumerate(items)
     ]
@@ -214,8 +235,12 @@ async def _queue(
     door.added(caller.tenant, sum(not (r.duplicate or r.suppressed) for r in results))
     answers = [_queued(item, result) for item, result in zip(items, results, strict=True)]
     for answer, result in zip(answers, results, strict=True):
-        if result.duplicate:  # queued before: its state now
-            answer["state"] = (await door.engine.notification(caller.tenant, result.id)).state.value
+        if result.duplicate:  # queued before: its state and times now
+            view = await door.engine.notification(caller.tenant, result.id)
+            answer["state"] = view.state.value
+            if view.state is NotificationState.SCHEDULED:
+                answer["send_at"] = utc_text(view.available_at)
+            answer["expires_at"] = utc_text(view.expires_at)
     return {"notifications": answers} if batch else answers[0]
 
 
@@ -224,12 +249,16 @@ def _queued(item: NewNotification, result: EnqueueResult) -> dict[str, Any]:
     return {
         "id": result.id,
         # Suppressed: its recipient is on the tenant's suppression list.
-        "state": _SUPPRESSED if result.suppressed else _QUEUED,
+        "state": _SUPPRESSED
+        if result.suppressed
+        else (_QUEUED if result.send_at is None else _SCHEDULED),
         # A key made up here (``http:``) is this request's own: its row, found again after a
         # restart, is no duplicate of another request.
         "duplicate": result.duplicate and not result.idempotency_key.startswith("http:"),
         "provider": item.provider,
         "key": item.key,
+        "send_at": utc_text(result.send_at),
+        "expires_at": utc_text(result.expires_at),
     }
 
 

@@ -10,6 +10,7 @@ import asyncio
 import functools
 import importlib
 import os
+import time
 from collections.abc import Callable, Coroutine
 from types import ModuleType
 from typing import Any
@@ -32,6 +33,8 @@ from engine import (
     ReplayTraffic,
     Traffic,
     limit_of,
+    parse_duration,
+    parse_time,
 )
 
 __all__ = ["prepare_command"]
@@ -65,10 +68,14 @@ def _new_limit(a: argparse.Namespace) -> Limit | None:
 def _tenant_set(a: argparse.Namespace, ctx: Context) -> Coroutine[Any, Any, int]:
     limit = _limit_change(a)
     api = _api_changes(a)
+    if a.default_ttl is not None:
+        api["default_ttl_s"] = (
+            None if a.default_ttl == "none" else parse_duration(a.default_ttl, "--default-ttl")
+        )
     if isinstance(limit, Keep) and a.enabled is None and not api:
         raise ConfigError(
             "nothing to change; give --rate/--burst, --unlimited, --enable, --disable, "
-            "--api-rate or --max-queued."
+            "--api-rate, --max-queued or --default-ttl."
         )
     return commands.configure.tenant_set(ctx, a.name, limit=limit, enabled=a.enabled, **api)
 
@@ -148,8 +155,25 @@ def _enqueue(a: argparse.Namespace, ctx: Context) -> Coroutine[Any, Any, int]:
     if not (a.tenant and a.provider and a.recipient):
         raise ConfigError("enqueue needs TENANT PROVIDER RECIPIENT, or --file PATH.")
     return commands.queue.enqueue(
-        ctx, a.tenant, a.provider, a.recipient, payload=a.payload, key=a.key, priority=a.priority
+        ctx,
+        a.tenant,
+        a.provider,
+        a.recipient,
+        payload=a.payload,
+        key=a.key,
+        priority=a.priority,
+        lifetime=_lifetime(a),
     )
+
+
+def _lifetime(a: argparse.Namespace) -> dict[str, float | None]:
+    """``enqueue``'s --at/--in and --expires-at/--ttl as ``Engine.enqueue`` takes them."""
+    send_at = parse_time(a.at, "--at") if a.at is not None else None
+    if a.in_ is not None:
+        send_at = time.time() + parse_duration(a.in_, "--in")
+    expires_at = parse_time(a.expires_at, "--expires-at") if a.expires_at is not None else None
+    ttl_s = parse_duration(a.ttl, "--ttl") if a.ttl is not None else None
+    return {"send_at": send_at, "expires_at": expires_at, "ttl_s": ttl_s}
 
 
 def _dead_repair(*, retry: bool) -> Command:
@@ -213,9 +237,10 @@ def _plan_traffic(a: argparse.Namespace) -> Traffic:
     if a.speed is not None and a.replay is None:
         raise ConfigError("--speed goes with --replay HOURS.")
     if not burst:
-        if a.count is not None or a.pattern is not None or a.duration is not None:
+        if a.count is not None or a.pattern is not None or a.duration is not None or a.ttl:
             raise ConfigError(
-                "--count, --pattern and --duration shape a burst; not with --backlog or --replay."
+                "--count, --pattern, --duration and --ttl shape a burst; not with --backlog or "
+                "--replay (the backlog's own deadlines are planned)."
             )
         if a.backlog:
             return BacklogTraffic()
@@ -226,7 +251,8 @@ def _plan_traffic(a: argparse.Namespace) -> Traffic:
     if not tenants:
         raise ConfigError("name at least one tenant.")
     pattern = Pattern(a.pattern) if a.pattern is not None else Pattern.SPIKE
-    return BurstTraffic(tenants, a.provider, a.count, pattern, a.duration or 0.0)
+    ttl_s = parse_duration(a.ttl, "--ttl") if a.ttl is not None else None
+    return BurstTraffic(tenants, a.provider, a.count, pattern, a.duration or 0.0, ttl_s)
 
 
 def _retention_set(a: argparse.Namespace, ctx: Context) -> Coroutine[Any, Any, int]:

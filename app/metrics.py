@@ -75,7 +75,16 @@ _OUTCOME_HELP = {
     "dead": "Notifications given up on (a permanent failure, or out of attempts)",
     "held": "Sends the provider could not take (unavailable), queued again unspent by its circuit",
 }
-_DEPTH_STATES = ("queued", "leased", "delivered", "dead", "cancelled", "suppressed")
+_DEPTH_STATES = (
+    "queued",
+    "scheduled",
+    "leased",
+    "delivered",
+    "dead",
+    "cancelled",
+    "suppressed",
+    "expired",
+)
 # Pairs with series of their own: the first to send since the worker started (a fixed set once
 # full, so no series comes and goes); every later pair is summed per provider under OTHERS, a
 # name no tenant can have. A scrape stays a few thousand series at any number of tenants.
@@ -141,7 +150,19 @@ def _outcomes(snap: Snapshot) -> Iterator[Metric]:
         "device, a number that replied STOP): the recipient went on the tenant's suppression list.",
         value=snap.totals.gone,
     )
-    yield from (takeovers, reaped, stale, suppressed, gone)
+    expired = CounterMetricFamily(
+        "omnipost_notifications_expired",
+        "Notifications this worker ended expired, never sent: past their deadline before "
+        "their send, a retry that would come after it, the provider's answer, or its sweep of "
+        "rows nobody claimed (those a claim finds expired are in omnipost_queue_notifications).",
+        value=snap.totals.expired,
+    )
+    promoted = CounterMetricFamily(
+        "omnipost_notifications_promoted",
+        "Scheduled notifications this worker queued as their send time came.",
+        value=snap.totals.promoted,
+    )
+    yield from (takeovers, reaped, stale, suppressed, gone, expired, promoted)
 
 
 def _queue(snap: Snapshot) -> Iterator[Metric]:

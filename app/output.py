@@ -28,7 +28,8 @@ RETENTION_WINDOWS = (
     (
         "dead",
         "dead_s",
-        "dead letters, cancelled and suppressed notifications, counted from when they ended",
+        "dead letters, cancelled, suppressed and expired notifications, counted from when they "
+        "ended",
     ),
     ("log", "log_s", "delivery-log rows"),
     ("audit", "audit_s", "audit-log rows"),

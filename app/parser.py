@@ -209,7 +209,23 @@ def _run_parsers(sub: Any, common: _Parser) -> None:
     p.add_argument("--key", help="idempotency key (unique per tenant)")
     p.add_argument("--priority", type=whole_number, default=0)
     p.add_argument(
-        "--file", help="JSON lines of tenant, provider, recipient, payload, key; - is stdin"
+        "--file",
+        help="JSON lines of tenant, provider, recipient, payload, key, priority, send_at, "
+        "expires_at, ttl_s; - is stdin",
+    )
+    when = p.add_mutually_exclusive_group()
+    when.add_argument(
+        "--at", metavar="TIME", help="not before TIME (RFC 3339 with an offset): scheduled"
+    )
+    when.add_argument(
+        "--in", dest="in_", metavar="DURATION", help="not before this long from now (10m, 2h)"
+    )
+    until = p.add_mutually_exclusive_group()
+    until.add_argument(
+        "--expires-at", metavar="TIME", help="never sent after TIME (RFC 3339 with an offset)"
+    )
+    until.add_argument(
+        "--ttl", metavar="DURATION", help="never sent later than this after its send time (5m)"
     )
 
     p = sub.add_parser("worker", parents=[common], help="dispatch queued notifications")
@@ -284,6 +300,9 @@ def _plan_parser(sub: Any, common: _Parser) -> None:
     p.add_argument("--count", type=positive_int, help="notifications per tenant in a burst")
     p.add_argument("--pattern", choices=[x.value for x in Pattern], help="default: spike")
     p.add_argument("--duration", type=seconds_or_zero, help="seconds a burst arrives over")
+    p.add_argument(
+        "--ttl", metavar="DURATION", help="each of a burst's never sent later than this (60s)"
+    )
     p.add_argument("--backlog", action="store_true", help="plan what is queued now")
     p.add_argument("--replay", type=number, metavar="HOURS", help="the last HOURS' enqueues")
     p.add_argument("--speed", type=number, metavar="K", help="replay K times faster")

@@ -43,6 +43,12 @@ def tenant_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="N",
         help="the most it may hold queued through the HTTP API; 'default': the server's",
     )
+    p.add_argument(
+        "--default-ttl",
+        metavar="DURATION",
+        help="the deadline of its notifications that name none, after their send time "
+        "(5m, 2h); 'none': its provider's, if any",
+    )
     p = tenant.add_parser("list", parents=[common], help="list tenants")
     p.add_argument("--json", action="store_true")
     p = tenant.add_parser(

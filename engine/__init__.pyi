@@ -40,6 +40,7 @@ from .core.errors import (
     StoreError,
     StoreUnavailable,
 )
+from .core.lifetime import lifetimes, parse_duration, parse_time
 from .core.policy import RetryPolicy
 from .core.present import (
     MASKED_VALUE,
@@ -247,15 +248,18 @@ __all__ = [
     "fmt_limit",
     "format_age",
     "is_text",
+    "lifetimes",
     "limit_of",
     "load_json",
     "mask",
     "masked_secrets",
     "masked_url",
     "parse_age",
+    "parse_duration",
     "parse_rate",
     "parse_scope",
     "parse_tenant_lines",
+    "parse_time",
     "predicted_drain_s",
     "rate_text",
     "read_tenant_file",

@@ -295,8 +295,10 @@ class Bridge(SuppressionCommands):
         count: int,
         pattern: Pattern | str = Pattern.SPIKE,
         duration_s: float = 0.0,
+        ttl_s: float | None = None,
     ) -> None:
-        """Start a burst of ``count`` per tenant; progress arrives on ``simulation_changed``."""
+        """Start a burst of ``count`` per tenant (each with a deadline ``ttl_s`` after it is
+        enqueued, when given); progress arrives on ``simulation_changed``."""
         if self._sim_task is not None and not self._sim_task.done():
             raise OmniPostError("a burst is already running; stop it first.")
         self.simulation_changed.emit(
@@ -318,6 +320,7 @@ class Bridge(SuppressionCommands):
                 pattern=pattern,
                 duration_s=duration_s,
                 progress=self._on_progress,
+                ttl_s=ttl_s,
             )
         )
         try:

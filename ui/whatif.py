@@ -326,6 +326,9 @@ def _outcome(result: PlanResult) -> str:
         if result.total_drain_s is not None
         else f"{result.unfinished:,} are still queued when the plan ends"
     )
+    expired = sum(t.expired for t in result.tenants)
+    if expired:  # past their deadline before they were sent
+        drained += f", and {expired:,} of {result.notifications:,} expire unsent"
     return f"{drained} (concurrency {result.concurrency})"
 
 

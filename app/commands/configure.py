@@ -79,21 +79,26 @@ async def tenant_set(
     enabled: bool | None = None,
     **api: Any,
 ) -> int:
-    """Change a tenant; ``api`` holds ``api_limit`` and ``max_queued`` when they change."""
+    """Change a tenant; ``api`` holds ``api_limit``, ``max_queued`` and ``default_ttl_s``
+    when they change."""
     async with open_engine(ctx) as engine:
         record = await engine.update_tenant(
             name,
             enabled=enabled,
-            **_changes(limit),
+            limit=_changes(limit).get("limit", UNSET),
             api_limit=api.get("api_limit", UNSET),
             max_queued=api.get("max_queued", UNSET),
+            default_ttl_s=api.get("default_ttl_s", UNSET),
         )
     state = "enabled" if record.enabled else "disabled"
     line = f"tenant {record.name}: {fmt_limit(record.limit)}, {state}"
-    if api:
+    if "api_limit" in api or "max_queued" in api:
         requests = fmt_limit(record.api_limit) if record.api_limit else "the server's default"
         cap = f"{record.max_queued:,}" if record.max_queued else "the server's default"
         line += f"; API requests per key {requests}, queue cap {cap}"
+    if "default_ttl_s" in api:
+        ttl = record.default_ttl_s
+        line += f"; default TTL {ttl:g} s" if ttl is not None else "; no default TTL of its own"
     print(line)
     return 0
 

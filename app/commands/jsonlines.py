@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from engine import ConfigError, EnqueueItem, load_json, read_text_lines
+from engine import ConfigError, EnqueueItem, load_json, parse_time, read_text_lines
 
 __all__ = ["check_priority", "parse_payload", "read_batch", "read_lines"]
 
@@ -34,15 +34,18 @@ def check_priority(priority: int, where: str = "") -> None:
         raise ConfigError(f"{where}the priority must be from {_PRIORITY_MIN} to {_PRIORITY_MAX}.")
 
 
-def read_batch(path: str) -> dict[str, list[EnqueueItem]]:
-    """The notifications of the JSON-lines file at ``path`` (``-`` for stdin), by tenant.
-    Every line is checked before this returns, so a file is queued whole or not at all."""
+def read_batch(path: str) -> tuple[dict[str, list[EnqueueItem]], dict[str, list[int]]]:
+    """The notifications of the JSON-lines file at ``path`` (``-`` for stdin), by tenant, and
+    the line number of each. Every line is checked before this returns, so a file is queued
+    whole or not at all."""
     by_tenant: dict[str, list[EnqueueItem]] = {}
+    by_line: dict[str, list[int]] = {}
     for number, line in enumerate(read_lines(path), 1):
         if line.strip():
             tenant, item = _parse_line(number, line)
             by_tenant.setdefault(tenant, []).append(item)
-    return by_tenant
+            by_line.setdefault(tenant, []).append(number)
+    return by_tenant, by_line
 
 
 def read_lines(path: str) -> Iterable[str]:
@@ -86,7 +89,26 @@ def _parse_line(number: int, line: str) -> tuple[str, EnqueueItem]:
     check_priority(priority, where)
     # A line without a key gets one from its content, so running a file twice adds nothing.
     key = key or "file-" + hashlib.sha256(line.strip().encode()).hexdigest()[:32]
-    return obj["tenant"], EnqueueItem(obj["provider"], obj["recipient"], payload, key, priority)
+    send_at, expires_at = (_time(obj.get(name), name, where) for name in ("send_at", "expires_at"))
+    ttl_s = obj.get("ttl_s")
+    if ttl_s is not None and (not isinstance(ttl_s, int | float) or isinstance(ttl_s, bool)):
+        raise ConfigError(f"{where}'ttl_s' must be a number of seconds.")
+    item = EnqueueItem(
+        obj["provider"], obj["recipient"], payload, key, priority, send_at, expires_at, ttl_s
+    )
+    return obj["tenant"], item
+
+
+def _time(value: object, name: str, where: str) -> float | None:
+    """A line's ``send_at`` or ``expires_at``: RFC 3339 text with an offset, as unix s."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}{name!r} must be a time written as RFC 3339 text.")
+    try:
+        return parse_time(value, name)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}{exc.message}") from None
 
 
 def _key(key: object, where: str) -> str | None:

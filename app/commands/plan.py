@@ -47,6 +47,8 @@ def _print_text(report: PlanReport) -> None:
     print()
     _tenant_table(current, proposed)
     print(_total_line(current, proposed))
+    for line in expiry_lines(current, proposed):
+        print(line)
     print()
     _provider_table(current, proposed)
     print()
@@ -110,6 +112,28 @@ def _total_line(current: PlanResult, proposed: PlanResult | None) -> str:
     if current.total_drain_s is not None and proposed.total_drain_s is not None:
         line += f": {fmt_change(current.total_drain_s, proposed.total_drain_s)}"
     return line
+
+
+def expiry_lines(current: PlanResult, proposed: PlanResult | None) -> list[str]:
+    """A sentence per tenant whose notifications would expire (their deadline passing before
+    they are sent), under the limits in force and as proposed: ``under these limits 1,240 of
+    acme's 5,000 expire; as proposed none do``."""
+    lines = []
+    for now in current.tenants:
+        then = _tenant_in(proposed, now.tenant) if proposed is not None else None
+        if not now.expired and (then is None or not then.expired):
+            continue
+        line = f"under these limits {_expire(now.expired, now)}"
+        if then is not None:
+            line += f"; as proposed {_expire(then.expired, then) if then.expired else 'none do'}"
+        lines.append(line)
+    return lines
+
+
+def _expire(n: int, plan: TenantPlan) -> str:
+    if not n:
+        return f"none of {plan.tenant}'s {plan.notifications:,} expire"
+    return f"{n:,} of {plan.tenant}'s {plan.notifications:,} expire"
 
 
 def _within(result: PlanResult) -> str:

@@ -4,7 +4,9 @@ or discard dead ones."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from app.as_json import dead_json
@@ -12,11 +14,18 @@ from app.commands.base import open_engine
 from app.commands.jsonlines import check_priority, parse_payload, read_batch
 from app.output import print_json, print_table
 from app.session import Context
-from engine import Engine, NotCancellable, NotFound
+from engine import ConfigError, Engine, ItemRefused, NotCancellable, NotFound, lifetimes
 
 __all__ = ["cancel", "dead_list", "dead_repair", "enqueue", "enqueue_file"]
 
 EXIT_NOT_ALL = 1  # some of the IDs were not cancelled
+
+
+def utc_text(at: float | None) -> str:
+    """Unix seconds as RFC 3339 in UTC, to the second (``2026-12-07T08:00:00Z``)."""
+    if at is None:
+        return "-"
+    return datetime.fromtimestamp(round(at), UTC).isoformat().replace("+00:00", "Z")
 
 
 async def enqueue(
@@ -28,39 +37,59 @@ async def enqueue(
     payload: str = "{}",
     key: str | None = None,
     priority: int = 0,
+    lifetime: Mapping[str, float | None] | None = None,
 ) -> int:
-    """Queue one notification; ``payload`` is the JSON text of an object."""
+    """Queue one notification; ``payload`` is the JSON text of an object; ``lifetime``: its
+    ``send_at``, ``expires_at`` and ``ttl_s``, as ``Engine.enqueue`` takes them."""
     body = parse_payload(payload)
     check_priority(priority)
     async with open_engine(ctx) as engine:
-        result = await engine.enqueue(tenant, provider, recipient, body, key=key, priority=priority)
+        result = await engine.enqueue(
+            tenant, provider, recipient, body, key=key, priority=priority, **(lifetime or {})
+        )
     if result.suppressed:
         print(
             f"suppressed as {result.id} (key {result.idempotency_key}): the recipient is on"
             f" {tenant}'s suppression list for {provider}; not sent"
         )
         return 0
-    word = "already queued as" if result.duplicate else "queued as"
-    print(f"{word} {result.id} (key {result.idempotency_key})")
+    if result.duplicate:
+        word = "already queued as"
+    else:
+        word = "queued as" if result.send_at is None else "scheduled as"
+    when = f" for {utc_text(result.send_at)}" if result.send_at is not None else ""
+    until = f", expires {utc_text(result.expires_at)}" if result.expires_at is not None else ""
+    print(f"{word} {result.id}{when} (key {result.idempotency_key}){until}")
     return 0
 
 
 async def enqueue_file(ctx: Context, path: str) -> int:
     """Queue every line of a JSON-lines file (``-``: stdin): all of them, or none when a line
     or a name is bad. Lines of different tenants are written in separate transactions."""
-    by_tenant = read_batch(path)
+    by_tenant, by_line = read_batch(path)
     async with open_engine(ctx) as engine:
         for tenant, items in by_tenant.items():  # check every name before writing anything
             await engine.check_names(providers=sorted({item[0] for item in items}))
             await engine.check_names(tenants=[tenant])
-        fresh = duplicates = suppressed = 0
+            try:  # and every time, as the engine will
+                lifetimes(items, time.time(), most_ahead_s=engine.settings.most_ahead_s)
+            except ItemRefused as refused:
+                line = by_line[tenant][refused.index]
+                raise ConfigError(f"line {line}: {refused.reason}") from None
+        fresh = duplicates = suppressed = scheduled = 0
         for tenant, items in by_tenant.items():
-            results = await engine.enqueue_many(tenant, items)
+            try:
+                results = await engine.enqueue_many(tenant, items)
+            except ItemRefused as refused:  # checked above; for what changed meanwhile
+                line = by_line[tenant][refused.index]
+                raise ConfigError(f"line {line}: {refused.reason}") from None
             duplicates += sum(r.duplicate for r in results)
             suppressed += sum(r.suppressed for r in results)
+            scheduled += sum(r.send_at is not None for r in results)
             fresh += sum(not (r.duplicate or r.suppressed) for r in results)
     also = f", suppressed {suppressed} (on a suppression list; not sent)" if suppressed else ""
-    print(f"queued {fresh}, already queued {duplicates}{also}")
+    later = f" ({scheduled} of them scheduled)" if scheduled else ""
+    print(f"queued {fresh}{later}, already queued {duplicates}{also}")
     return 0
 
 

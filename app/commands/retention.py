@@ -77,6 +77,7 @@ async def prune(ctx: Context, *, dry_run: bool = False, as_json: bool = False) -
             ("dead notifications", report.dead),
             ("cancelled notifications", report.cancelled),
             ("suppressed notifications", report.suppressed),
+            ("expired notifications", report.expired),
             ("delivery-log rows", report.delivery_log),
             ("audit-log rows", report.audit_log),
             ("HTTP idempotency keys", report.api_requests),

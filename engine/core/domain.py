@@ -12,6 +12,7 @@ from typing import Any, Final, NamedTuple
 from engine.core.errors import ConfigError, ItemRefused
 
 __all__ = [
+    "EXPIRED_DETAIL",
     "MAX_KEY_CHARS",
     "UNSET",
     "BucketKey",
@@ -58,6 +59,16 @@ class NotificationState(enum.StrEnum):
     # Its recipient is on the tenant's suppression list for its provider (engine/store/
     # suppressions.py): finished when it was enqueued, never sent.
     SUPPRESSED = "suppressed"
+    # Waiting for its ``send_at``: not due, not in the dispatcher's book; queued when it falls
+    # due (engine/store/lifetimes.py). Cancellable as a queued one is.
+    SCHEDULED = "scheduled"
+    # Its deadline (``expires_at``) passed before it was sent: finished, never sent, kept by
+    # retention as a dead letter is, and never counted against a provider's circuit.
+    EXPIRED = "expired"
+
+
+# Why a notification whose deadline passed before it was sent ended ``expired``.
+EXPIRED_DETAIL = "expired: its deadline passed before it was sent"
 
 
 class Outcome(enum.StrEnum):
@@ -69,6 +80,9 @@ class Outcome(enum.StrEnum):
     # message was not tried, spends no attempt, and the failure counts toward the provider's
     # circuit breaker (engine/core/circuit.py).
     UNAVAILABLE = "unavailable"
+    # Its deadline passed before the send (decided by the engine, no provider call), or the
+    # provider said so (Twilio's 30036): the notification ends ``expired``.
+    EXPIRED = "expired"
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +188,11 @@ class Message:
     idempotency_key: str
     attempt: int
     delivery_attempt: int = 1
+    # Its deadline (unix s), and what was left of it when the send began: a provider that can
+    # tell its network (FCM's ``ttl``, APNs' ``apns-expiration``, Twilio's ``ValidityPeriod``)
+    # does. None: no deadline, and no such field is sent.
+    expires_at: float | None = None
+    ttl_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +240,11 @@ class SendResult:
     @classmethod
     def permanent(cls, detail: str) -> SendResult:
         return cls(Outcome.PERMANENT, detail)
+
+    @classmethod
+    def expired(cls, detail: str) -> SendResult:
+        """The provider would not send it: its deadline passed (Twilio's 30036)."""
+        return cls(Outcome.EXPIRED, detail)
 
     @classmethod
     def gone(cls, detail: str) -> SendResult:
@@ -301,6 +325,9 @@ class EnqueueItem(NamedTuple):
     payload: dict[str, Any]
     key: str | None = None  # the notification's idempotency key; None: one is made up
     priority: int = 0  # higher is sent first
+    send_at: float | None = None  # unix s; None or a time passed: now
+    expires_at: float | None = None  # unix s: never sent after it; None: see ``ttl_s``
+    ttl_s: float | None = None  # expires this long after ``send_at`` (or now); None: defaults
 
 
 _PHONE = re.compile(r"\+[0-9][0-9 ().-]*")

@@ -61,12 +61,12 @@ class Conflict(OmniPostError):
 
 
 class NotCancellable(Conflict):
-    """Only a queued notification can be cancelled."""
+    """Only a queued or scheduled notification can be cancelled."""
 
     def __init__(self, notification_id: int, state: NotificationState) -> None:
         super().__init__(
-            f"notification {notification_id} is {state}; only a queued notification can be "
-            "cancelled."
+            f"notification {notification_id} is {state}; only a queued or scheduled notification "
+            "can be cancelled."
         )
         self.notification_id = notification_id
         self.state = state  # the state it is in: leased, delivered, dead or cancelled

@@ -15,6 +15,7 @@ from typing import TypeVar
 from engine.core.domain import BucketKey, NotificationState, Outcome, SendResult
 
 __all__ = [
+    "EXPIRED",
     "STORE_OUTAGE",
     "STORE_RETRY",
     "WRITE_RETRY",
@@ -86,6 +87,7 @@ class Decision:
 
 
 _DELIVERED = Decision(NotificationState.DELIVERED)  # a frozen value: one serves every send
+EXPIRED = Decision(NotificationState.EXPIRED)
 
 
 def decide(
@@ -95,6 +97,8 @@ def decide(
     failures, so this send is attempt ``failures + 1`` of ``max_attempts``."""
     if result.outcome is Outcome.DELIVERED:
         return _DELIVERED
+    if result.outcome is Outcome.EXPIRED:  # the engine's deadline, or the provider's answer
+        return EXPIRED
     if result.outcome is Outcome.THROTTLED:
         wait_s = result.retry_after_s
         if wait_s is None or math.isnan(wait_s) or wait_s < 0:

@@ -133,6 +133,7 @@ class PruneReport:
     api_requests: int = 0  # HTTP idempotency keys whose notification is gone
     suppressed: int = 0  # suppressed notifications, by the dead letters' window
     suppressions: int = 0  # recipients taken off the suppression lists
+    expired: int = 0  # notifications past their deadline, unsent, by the dead letters' window
     dry_run: bool = False
     complete: bool = True  # False when a background pass stopped at its time budget
     freed_bytes: int = 0  # SQLite pages given back to the file system
@@ -148,4 +149,5 @@ class PruneReport:
             + self.api_requests
             + self.suppressed
             + self.suppressions
+            + self.expired
         )

@@ -14,7 +14,7 @@ import operator
 from collections.abc import Callable, Sequence
 
 from engine.core.clock import Clock
-from engine.core.domain import SendResult
+from engine.core.domain import NotificationState, SendResult
 from engine.core.errors import OmniPostError
 from engine.core.policy import WRITE_RETRY, Decision
 from engine.dispatch.ports import DispatchQueue
@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 
 _GATHER_S = 0.005  # a few more sends may finish meanwhile, to be written together
 _LEASE_ID = operator.attrgetter("leased.id")  # batches are written in id order
+
+_QUEUED, _EXPIRED = NotificationState.QUEUED, NotificationState.EXPIRED
+_PAST_DEADLINE = "expired: its next try would come after its deadline"
 
 Applied = Callable[[Sequence[Completion], Sequence[bool]], None]
 
@@ -74,14 +77,18 @@ class Completer:
         *,
         now: float,
     ) -> None:
-        """Add the outcome of sending ``item`` at ``now`` (wall), as ``decision`` says."""
+        """Add the outcome of sending ``item`` at ``now`` (wall), as ``decision`` says; a retry
+        that would come at or after the notification's deadline ends it expired instead."""
+        state, detail, again_at = decision.state, result.detail, now + decision.delay_s
+        if state is _QUEUED and item.expires_at is not None and again_at >= item.expires_at:
+            state, detail = _EXPIRED, f"{_PAST_DEADLINE} ({detail})"
         self._done.append(  # ``add``, written out: once per send
             Completion(  # leased, outcome, state, detail, available_at, spend_attempt, ts,
                 item,  # latency_s (enqueue to outcome), send_s, gone: by position, per send
                 result.outcome,
-                decision.state,
-                result.detail,
-                now + decision.delay_s,
+                state,
+                detail,
+                again_at,
                 decision.spend_attempt,
                 now,
                 now - item.enqueued_at,

@@ -17,12 +17,12 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 
 from engine.core.clock import Clock
-from engine.core.domain import BucketKey, SendResult
+from engine.core.domain import EXPIRED_DETAIL, BucketKey, SendResult
 from engine.core.errors import OmniPostError
-from engine.core.policy import decide
+from engine.core.policy import EXPIRED, decide
 from engine.dispatch.circuit import Circuits
 from engine.dispatch.completer import Completer
-from engine.dispatch.directory import Directory
+from engine.dispatch.directory import Directory, Route
 from engine.dispatch.ports import DispatchStore
 from engine.dispatch.settings import DispatcherSettings
 from engine.dispatch.work import Pair, WorkQueue
@@ -36,6 +36,7 @@ __all__ = ["Senders"]
 log = logging.getLogger(__name__)
 
 _NOT_HERE = SendResult.transient("provider is not available in this worker")  # frozen: shared
+_LATE = SendResult.expired(EXPIRED_DETAIL)
 
 
 class Senders:
@@ -132,21 +133,9 @@ class Senders:
         results: Sequence[SendResult] = [_NOT_HERE] * len(parcel)
         send_s: float | None = None
         if route is not None:
-            tenant_name, provider_name = route.tenant.name, route.provider.name
-            messages = [item.message(tenant_name, provider_name) for item in parcel]
-            started_s = self._clock.monotonic()
-            if started_s - taken_at > self.settings.token_lag_s and route.paced:
-                # Fresh tokens (waiting if need be); the stale ones fell due long ago and are not
-                # given back: spent now, they would add sends to a window that had its share.
-                n, poll_s = len(parcel), self.settings.poll_s
-                self._telemetry.count("stale_tokens", n)
-                await take_waiting(self._limiter, route.buckets, n, self._clock, poll_s)
-                started_s = self._clock.monotonic()
-            timeout_s = self.settings.send_timeout_s
-            results = await send_parcel(route.instance, messages, self._clock, timeout_s)
-            send_s = self._clock.monotonic() - started_s
-            self._work.sent(send_s)
-            self._telemetry.observe_send(provider_name, send_s)
+            parcel, results, send_s = await self._send(route, parcel, taken_at)
+            if not parcel:
+                return
         decisions, throttle_s, circuits = [], 0.0, self.circuits
         # By index rather than ``zip(..., strict=True)``, whose keyword costs a parse per call:
         # ``send_parcel`` gives exactly one outcome per message.
@@ -176,6 +165,52 @@ class Senders:
             await self._give_back(self._work.take_provider(first.provider_id))
         for i, item in enumerate(parcel):
             self._completer.finished(item, results[i], decisions[i], send_s, now=self._clock.wall())
+
+    async def _send(
+        self, route: Route, parcel: Sequence[Leased], taken_at: float
+    ) -> tuple[Sequence[Leased], Sequence[SendResult], float | None]:
+        """Send ``parcel`` through its route: the leases sent (those past their deadline are
+        not: they end expired), their results, and how long the provider took."""
+        parcel = self._expire_late(parcel)
+        if not parcel:
+            return parcel, [], None
+        started_s = self._clock.monotonic()
+        if started_s - taken_at > self.settings.token_lag_s and route.paced:
+            # Fresh tokens (waiting if need be); the stale ones fell due long ago and are not
+            # given back: spent now, they would add sends to a window that had its share.
+            n, poll_s = len(parcel), self.settings.poll_s
+            self._telemetry.count("stale_tokens", n)
+            await take_waiting(self._limiter, route.buckets, n, self._clock, poll_s)
+            started_s = self._clock.monotonic()
+            parcel = self._expire_late(parcel)  # the wait may have taken them past it
+            if not parcel:
+                return parcel, [], None
+        tenant_name, provider_name = route.tenant.name, route.provider.name
+        now = self._clock.wall()
+        messages = [item.message(tenant_name, provider_name, now) for item in parcel]
+        timeout_s = self.settings.send_timeout_s
+        results = await send_parcel(route.instance, messages, self._clock, timeout_s)
+        send_s = self._clock.monotonic() - started_s
+        self._work.sent(send_s)
+        self._telemetry.observe_send(provider_name, send_s)
+        return parcel, results, send_s
+
+    def _expire_late(self, parcel: Sequence[Leased]) -> Sequence[Leased]:
+        """The leases of ``parcel`` still inside their deadline; those past it end expired
+        here, unsent (their tokens are spent)."""
+        now = self._clock.wall()
+        for item in parcel:
+            if item.expires_at is not None and item.expires_at <= now:
+                break
+        else:
+            return parcel  # nearly always: no deadline, or one still ahead
+        live = []
+        for item in parcel:
+            if item.expires_at is not None and item.expires_at <= now:
+                self._completer.finished(item, _LATE, EXPIRED, None, now=now)
+            else:
+                live.append(item)
+        return live
 
     async def _give_back(self, leases: list[Leased]) -> None:
         """Release leases waiting for a provider that asked to wait (or whose circuit opened):

@@ -45,19 +45,30 @@ class ConfigurationPart(EngineParts):
         enabled: bool | None = None,
         api_limit: Limit | Unset | None = UNSET,
         max_queued: int | Unset | None = UNSET,
+        default_ttl_s: float | Unset | None = UNSET,
     ) -> TenantRecord:
-        """Change a tenant's limit (``None`` removes it) or enabled flag, applied live; or its
-        HTTP API request limit per key or queue cap (``None``: back to the server's default)."""
+        """Change a tenant's limit (``None`` removes it) or enabled flag, applied live; its
+        HTTP API request limit per key or queue cap (``None``: back to the server's default);
+        or the deadline, in seconds after their send time, of its notifications that name none
+        (``None``: none of its own)."""
         if max_queued is not UNSET and max_queued is not None and max_queued < 1:
             raise ConfigError(
                 f"the queue cap must be a whole number of at least 1, not {max_queued}."
             )
+        if default_ttl_s is not UNSET and default_ttl_s is not None:
+            most = self.settings.most_ahead_s
+            if not (isinstance(default_ttl_s, int | float) and 0 < default_ttl_s <= most):
+                raise ConfigError(
+                    f"a default TTL must be a number of seconds above 0 and at most {most:g}, "
+                    f"not {default_ttl_s!r}."
+                )
         record = await self.store.config.update_tenant(
             name,
             limit=limit,
             enabled=enabled,
             api_limit=api_limit,
             max_queued=max_queued,
+            default_ttl_s=default_ttl_s,
             now=self.clock.wall(),
             actor=self.actor,
         )

@@ -23,7 +23,7 @@ from typing import Self
 
 from engine.core.clock import Clock
 from engine.core.domain import NotificationState, Outcome
-from engine.core.errors import OmniPostError
+from engine.core.errors import ConfigError, OmniPostError
 from engine.facade.api_keys import ApiKeysPart
 from engine.facade.circuits import CircuitsPart
 from engine.facade.configuration import ConfigurationPart
@@ -91,7 +91,7 @@ class Engine(
       ``newest_notifications``
     - notifications (``notifications``): ``enqueue`` ``enqueue_many`` ``notifications``
       ``deliveries`` ``cancel`` ``dead`` ``retry_dead`` ``retry_dead_counts``
-      ``discard_dead`` ``test_send``
+      ``discard_dead`` ``test_send`` ``sweep_lifetimes``
     - requests of HTTP callers, one tenant each (``requests``): ``tenant`` ``tenant_limits``
       ``notification`` ``notification_page`` ``queued_count`` ``provider_known``
       ``provider_name`` ``ready`` ``claim_request`` ``finish_request`` ``abandon_request``
@@ -173,9 +173,10 @@ class Engine(
         self._spawn("complete", self.dispatcher.complete_loop())
         self._spawn("heartbeat", self._every(self.settings.heartbeat_s, self._heartbeat))
         self._spawn("reap", self._every(self.settings.reap_s, self._reap))
+        self._spawn("lifetimes", self._sweep_loop())
         self._spawn("config", self._every(self.settings.config_refresh_s, self._refresh))
         self._spawn("loop-lag", self._measure_lag())
-        self._spawn("listen", self.store.listen(self.dispatcher.wake))
+        self._spawn("listen", self.store.listen(self._notified))
         self._spawn("prune", self._prune_loop())
 
     async def follow_config(self) -> None:
@@ -444,16 +445,26 @@ class Engine(
         duration_s: float = 0.0,
         progress: Callable[[SimulationProgress], None] | None = None,
         rng: random.Random | None = None,
+        ttl_s: float | None = None,
     ) -> int:
         """Enqueue ``count`` notifications per tenant on ``pattern`` over ``duration_s``
-        on the engine's clock (real time but in tests); returns how many were enqueued.
-        Raises ConfigError for a bad pattern, count or duration and NotFound for an unknown
-        name, before enqueueing anything. Cancel the task to stop early."""
+        on the engine's clock (real time but in tests), each never sent later than ``ttl_s``
+        after it is enqueued when given; returns how many were enqueued. Raises ConfigError
+        for a bad pattern, count, duration or TTL and NotFound for an unknown name, before
+        enqueueing anything. Cancel the task to stop early."""
         offsets = schedule(pattern, count, duration_s, rng)
+        if ttl_s is not None and not 0 < ttl_s <= self.settings.most_ahead_s:
+            raise ConfigError(f"the TTL must be a number of seconds above 0, not {ttl_s:g}.")
         for tenant in tenants:
             await self._ids(tenant, provider)
         return await run_simulation(
-            self.enqueue_many, self.clock, tenants, provider, offsets, progress=progress
+            self.enqueue_many,
+            self.clock,
+            tenants,
+            provider,
+            offsets,
+            progress=progress,
+            ttl_s=ttl_s,
         )
 
     def __repr__(self) -> str:

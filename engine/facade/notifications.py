@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import math
 import os
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from engine.core.domain import (
@@ -15,9 +18,12 @@ from engine.core.domain import (
     SendResult,
     check_items,
 )
-from engine.core.errors import ConfigError, ItemRefused, NotFound
+from engine.core.errors import ConfigError, ItemRefused, NotFound, OmniPostError
+from engine.core.lifetime import Lifetime, lifetimes
 from engine.facade.parts import EngineParts
+from engine.providers.schema import DEFAULT_TTL_OPTION
 from engine.store import DeliveryEntry, EnqueueResult, NotificationRow, NotificationView
+from engine.store.lifetimes import SWEEP_PART
 
 __all__ = ["TEST_PAYLOAD", "NotificationsPart"]
 
@@ -30,6 +36,10 @@ TEST_PAYLOAD = {
     "body": "A test send from OmniPost.",
 }
 
+
+log = logging.getLogger(__name__)
+
+_SWEEP_PARTS = 20  # parts of ``SWEEP_PART`` rows each sweep may promote, and expire, at most
 
 # A made-up key is a version 7 UUID (RFC 9562) in hex: the time in milliseconds, then 74
 # random bits. Its random bits' places, and its version and variant:
@@ -60,11 +70,18 @@ class NotificationsPart(EngineParts):
         *,
         key: str | None = None,
         priority: int = 0,
+        send_at: float | None = None,
+        expires_at: float | None = None,
+        ttl_s: float | None = None,
     ) -> EnqueueResult:
         """Queue one notification; with a key the tenant used before, return that one instead.
-        A provider that is not configured is ``NotFound``, anything else refused a
+        ``send_at`` (unix s): not before then (``scheduled`` until it falls due); ``expires_at``
+        or ``ttl_s`` (from its send time): never sent after then (``expired`` instead). A
+        provider that is not configured is ``NotFound``, anything else refused a
         ``ConfigError``: one item has no index to name."""
-        item = EnqueueItem(provider, recipient, payload or {}, key, priority)
+        item = EnqueueItem(
+            provider, recipient, payload or {}, key, priority, send_at, expires_at, ttl_s
+        )
         try:
             results = await self.enqueue_many(tenant, [item])
         except ItemRefused as refused:
@@ -76,40 +93,128 @@ class NotificationsPart(EngineParts):
     async def enqueue_many(self, tenant: str, items: Sequence[EnqueueItem]) -> list[EnqueueResult]:
         """Queue ``items`` of one tenant together, all or none: ``ItemRefused`` names the
         first item refused (its index and field: a provider that is not configured, an empty
-        recipient, a key too long) and nothing is written. Each provider's name is looked up
-        once, however many items name it."""
+        recipient, a key too long, a send time too far ahead, a deadline before the send
+        time) and nothing is written. Each provider's name is looked up once, however many
+        items name it. Times are resolved as ``engine.core.lifetime`` says."""
         tenant_id, _ = await self._ids(tenant)
         provider_ids: dict[str, int] = {}
         for index, item in enumerate(items):
             if item[0] not in provider_ids:
                 provider_ids[item[0]] = await self._provider_of(tenant, index, item[0])
         check_items(items)
+        now = self.clock.wall()
+        times = lifetimes(
+            items,
+            now,
+            most_ahead_s=self.settings.most_ahead_s,
+            default_ttl_s=self._default_ttl(tenant_id, provider_ids),
+        )
         without = sum(1 for i in items if i[3] is None)
         made_up = iter(new_keys(without))
         max_attempts = self.settings.max_attempts
         rows = [
             NotificationRow(
-                provider_ids[provider],
-                recipient,
-                payload,
-                next(made_up) if key is None else key,
-                priority,
+                provider_ids[item[0]],
+                item[1],
+                item[2],
+                next(made_up) if item[3] is None else item[3],
+                item[4],
                 max_attempts,
             )
-            for provider, recipient, payload, key, priority in items
+            for item in items
         ]
+        if times is not None:
+            for row, (send_at, expires_at) in zip(rows, times, strict=True):
+                row.available_at, row.expires_at = send_at, expires_at
+                row.scheduled = send_at is not None
+            self._lifetimes_changed(times)
         results = await self.store.queue.enqueue(
-            tenant_id, rows, now=self.clock.wall(), made_up=without == len(items)
+            tenant_id, rows, now=now, made_up=without == len(items)
         )
         due: dict[tuple[int, int], int] = {}
         for row, result in zip(rows, results, strict=True):
             if result.suppressed:
                 self.telemetry.count("suppressed")
-            elif not result.duplicate:
+            elif not (result.duplicate or row.scheduled):
                 due_key = (tenant_id, row.provider_id)
                 due[due_key] = due.get(due_key, 0) + 1
         self.dispatcher.enqueued(due)
         return results
+
+    def _default_ttl(
+        self, tenant_id: int, provider_ids: dict[str, int]
+    ) -> Callable[[str], float | None]:
+        """The deadline, after its send time, of an item of the tenant's that names none, by
+        its provider's name: the tenant's default, else the provider's (its ``default_ttl_s``
+        option), else none."""
+        record = self.directory.tenants.get(tenant_id)
+        if record is not None and record.default_ttl_s is not None:
+            ttl_s = record.default_ttl_s
+            return lambda _provider: ttl_s
+        providers = self.directory.providers
+
+        def of_provider(name: str) -> float | None:
+            found = providers.get(provider_ids[name])
+            option = found.options.get(DEFAULT_TTL_OPTION) if found is not None else None
+            return float(option) if option else None
+
+        return of_provider
+
+    async def sweep_lifetimes(self) -> None:
+        """Queue the scheduled notifications that fell due, then expire the unclaimed ones
+        past their deadline, a part at a time (the loop turns between parts), at most
+        ``_SWEEP_PARTS`` parts of each per call; the keys queued are counted into this
+        dispatcher's book (other processes hear it through the store's notification). Then
+        note when the next sweep has work (``_sweep_at``)."""
+        for _part in range(_SWEEP_PARTS):
+            queued, expired = await self.store.lifetimes.promote(self.clock.wall())
+            promoted = sum(queued.values())
+            if promoted:
+                self.telemetry.count("promoted", promoted)
+                self.dispatcher.enqueued(queued)
+            if expired:
+                self.telemetry.count("expired", expired)
+            if promoted + expired < SWEEP_PART:
+                break
+            await asyncio.sleep(0)
+        for _part in range(_SWEEP_PARTS):
+            expired = await self.store.lifetimes.expire(self.clock.wall())
+            if expired:
+                self.telemetry.count("expired", expired)
+            if expired < SWEEP_PART:
+                break
+            await asyncio.sleep(0)
+        now = self.clock.wall()
+        soonest = await self.store.lifetimes.next_deadline()
+        again = now + self.settings.sweep_recheck_s
+        self._sweep_at = again if soonest is None or soonest > again else soonest
+
+    async def _sweep_loop(self) -> None:
+        """``sweep_lifetimes`` whenever one has work: every ``sweep_s`` on the engine's clock
+        it checks the time against ``_sweep_at`` (lowered by this engine's enqueues with a
+        time and by other processes' notifications; read again at least every
+        ``sweep_recheck_s``, for rows written by a process that tells nobody: a command on
+        SQLite). A store hiccup is logged, not fatal."""
+        while True:
+            await self.clock.sleep(self.settings.sweep_s)
+            if self.clock.wall() < self._sweep_at:
+                continue
+            try:
+                await self.sweep_lifetimes()
+            except OmniPostError as exc:
+                log.warning("sweep of scheduled and expiring notifications: %s", exc.message)
+
+    def _lifetimes_changed(self, times: Sequence[Lifetime]) -> None:
+        """Rows with a send time or a deadline were enqueued here: the sweep looks at them by
+        the soonest."""
+        soonest = min((at for pair in times for at in pair if at is not None), default=None)
+        if soonest is not None and soonest < self._sweep_at:
+            self._sweep_at = soonest
+
+    def _notified(self) -> None:
+        """Another process enqueued, retried or promoted rows: dispatch and sweep look again."""
+        self._sweep_at = -math.inf
+        self.dispatcher.wake()
 
     async def _provider_of(self, tenant: str, index: int, name: str) -> int:
         """The id of the provider item ``index`` names; ``ItemRefused`` when there is none."""

@@ -46,6 +46,11 @@ class EngineSettings:
     # the limiter is shared by every process (Redis), the way workers scale out; a local
     # limiter enforces each limit per process anyway.
     share_tenants: bool | None = None
+    # A notification's useful life: how often scheduled rows that fell due are queued and
+    # unclaimed rows past their deadline expired, and how far ahead a send time may lie.
+    sweep_s: float = 0.5
+    sweep_recheck_s: float = 2.0  # the store's soonest time read again at least this often
+    most_ahead_s: float = 35 * 86400.0
 
 
 class EngineParts:
@@ -78,6 +83,7 @@ class EngineParts:
         # The configuration token the directory was last loaded at, and when (monotonic s).
         self._config_token: tuple[int, ...] = ()
         self._config_read_at = -math.inf
+        self._sweep_at = -math.inf  # wall s: when the sweep of lifetimes next has work
 
     def _new_worker(self, concurrency: int) -> tuple[str, Dispatcher]:
         """A new worker id and a dispatcher for it over the same store, limiter, directory and

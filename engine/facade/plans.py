@@ -94,12 +94,38 @@ class PlansPart(EngineParts):
         if isinstance(traffic, BurstTraffic):
             return _burst(traffic, setup, seed)
         if isinstance(traffic, BacklogTraffic):
-            backlog = await self.store.queue.backlog()
-            _check_size(sum(backlog.values()), "the backlog")
-            from engine.planning.planner import Arrival
-
-            return [Arrival(0.0, t, p, n) for (t, p), n in sorted(backlog.items())]
+            return await self._backlog()
         return await self._replay(traffic)
+
+    async def _backlog(self) -> list[Arrival]:
+        """The backlog as arrivals: queued rows due at the start, scheduled ones at their
+        send times, each with what is left of its deadline. A key none of whose queued rows
+        has a deadline is planned from its count; the queued rows of the others one by one,
+        in the order a claim takes them (which of them go before their deadline depends on
+        what is ahead of them)."""
+        backlog = await self.store.queue.backlog()
+        timed = await self.store.lifetimes.timed_backlog(MAX_PLANNED + 1)
+        _check_size(sum(backlog.values()) + sum(1 for row in timed if row[2]), "the backlog")
+        from engine.planning.planner import Arrival
+
+        now = self.clock.wall()
+        arrivals: list[Arrival] = []
+        ordered = sorted({(t, p) for t, p, scheduled, _at, _until in timed if not scheduled})
+        for t, p, priority, until in await self.store.lifetimes.queued_in_order(
+            ordered, MAX_PLANNED + 1
+        ):
+            backlog[t, p] -= 1
+            ttl_s = None if until is None else until - now
+            arrivals.append(Arrival(0.0, t, p, 1, priority, ttl_s))
+        for t, p, scheduled, available_at, until in timed:
+            if scheduled:
+                at_s = max(0.0, available_at - now)
+                ttl_s = None if until is None else until - now - at_s
+                arrivals.append(Arrival(at_s, t, p, 1, ttl_s=ttl_s))
+        # What is left of a key's count: its leased rows (and any queued since the reads).
+        arrivals += [Arrival(0.0, t, p, n) for (t, p), n in sorted(backlog.items()) if n > 0]
+        arrivals.sort(key=lambda a: a.at_s)  # stable: each key's rows stay in claim order
+        return arrivals
 
     async def _replay(self, traffic: ReplayTraffic) -> list[Arrival]:
         since = self.clock.wall() - traffic.hours * 3600.0
@@ -144,7 +170,8 @@ def _burst(traffic: BurstTraffic, setup: PlanSetup, seed: int) -> list[Arrival]:
     arrivals: list[Arrival] = []
     for at_s, count in _runs(offsets):
         arrivals.extend(
-            Arrival(at_s, tenants[name], provider_id, count) for name in traffic.tenants
+            Arrival(at_s, tenants[name], provider_id, count, ttl_s=traffic.ttl_s)
+            for name in traffic.tenants
         )
     return arrivals
 

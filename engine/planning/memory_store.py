@@ -3,7 +3,9 @@
 It keeps the SQL store's rules where the dispatcher can see them: a claim leases due rows of
 one key highest priority first, then oldest, and bumps the attempt; completions and releases
 apply only while the lease holds (same owner and attempt); a retry waits until its
-``available_at``; ``due_keys`` counts due rows up to ``DUE_CAP``. It also tells a
+``available_at``; a claim ends a row past its deadline expired instead of leasing it (so rows
+expire when claimed, where the store's sweep expires those nobody claims at their deadline: the
+same rows, a little later); ``due_keys`` counts due rows up to ``DUE_CAP``. It also tells a
 ``PlanLedger`` what happened to every notification, which is what a plan reports.
 Everything here answers at once: a plan runs at the speed of the dispatcher's own code.
 """
@@ -44,6 +46,7 @@ class _Row:
         "attempt",
         "available_at",
         "enqueued_at",
+        "expires_at",
         "failures",
         "id",
         "owner",
@@ -62,6 +65,7 @@ class _Row:
         self.priority = priority
         self.available_at = now
         self.enqueued_at = now
+        self.expires_at: float | None = None
         self.attempt = 0
         self.failures = 0
         self.state = _QUEUED
@@ -76,6 +80,7 @@ class TenantTally:
     enqueued: int = 0
     delivered: int = 0
     dead: int = 0
+    expired: int = 0  # past their deadline before they were sent
     sends: int = 0
     last_finished_at: float | None = None
     waits: list[float] = field(default_factory=list)
@@ -129,7 +134,10 @@ class PlanLedger:
         self._check()
 
     def sent(self, c: Completion) -> None:
-        """One send's outcome, as the delivery log would record it."""
+        """One send's outcome, as the delivery log would record it (a notification past its
+        deadline before its send was not sent)."""
+        if c.send_s is None and c.outcome is Outcome.EXPIRED:
+            return
         tally = self.providers.get(c.leased.provider_id)
         if tally is None:
             tally = self.providers[c.leased.provider_id] = ProviderTally()
@@ -145,6 +153,8 @@ class PlanLedger:
         if c.state is NotificationState.DELIVERED:
             tally.delivered += 1
             tally.waits.append(c.ts - c.leased.enqueued_at)
+        elif c.state is NotificationState.EXPIRED:
+            tally.expired += 1
         else:
             tally.dead += 1
         tally.last_finished_at = c.ts
@@ -152,6 +162,15 @@ class PlanLedger:
         self.outstanding -= 1
         if self.fed_all and not self.outstanding:  # ``_check()``, written out: once per send
             self.done.set()
+
+    def expired(self, tenant_id: int, now: float) -> None:
+        """One notification a claim found past its deadline: finished, never sent."""
+        tally = self.tenants[tenant_id]
+        tally.expired += 1
+        tally.last_finished_at = now
+        tally.moved(now, -1)
+        self.outstanding -= 1
+        self._check()
 
     def _check(self) -> None:
         if self.fed_all and self.outstanding == 0:
@@ -172,9 +191,17 @@ class MemoryQueue:
         self._next_id = 1
 
     def add(
-        self, tenant_id: int, provider_id: int, n: int, *, now: float, priority: int = 0
+        self,
+        tenant_id: int,
+        provider_id: int,
+        n: int,
+        *,
+        now: float,
+        priority: int = 0,
+        ttl_s: float | None = None,
     ) -> None:
-        """Enqueue ``n`` notifications of one key, due at once."""
+        """Enqueue ``n`` notifications of one key, due at once; with ``ttl_s``, each is never
+        sent later than that after ``now``."""
         key = (tenant_id, provider_id)
         due = self._due.setdefault(key, [])
         first = self._next_id
@@ -182,6 +209,9 @@ class MemoryQueue:
         rows = self._rows
         for row_id in range(first, self._next_id):
             rows[row_id] = _Row(row_id, tenant_id, provider_id, priority, now)
+        if ttl_s is not None:
+            for row_id in range(first, self._next_id):
+                rows[row_id].expires_at = now + ttl_s
         entries = [row_id - priority * _ID_SPAN for row_id in range(first, self._next_id)]
         if not due:
             due.extend(entries)  # ascending: already the heap the pushes would have built
@@ -244,16 +274,23 @@ class MemoryQueue:
         due = self._due.get(key)
         leased: list[Leased] = []
         rows, max_attempts, expires_at = self._rows, self._max_attempts, now + lease_s
-        while due and len(leased) < n:
+        taken = 0  # as the store's claim: a row found past its deadline is one of the ``n``
+        while due and taken < n:
             row_id = heapq.heappop(due) % _ID_SPAN
             row = rows[row_id]
+            taken += 1
+            if row.expires_at is not None and row.expires_at <= now:
+                del rows[row_id]
+                self._queued[key] -= 1
+                self._ledger.expired(tenant_id, now)
+                continue
             row.state = _LEASED
             row.owner = owner
             row.attempt += 1
             leased.append(
                 Leased(  # by position: id, tenant_id, provider_id, recipient, payload,
                     row_id,  # idempotency_key, attempt, failures, max_attempts, enqueued_at,
-                    tenant_id,  # owner, lease_expires_at
+                    tenant_id,  # owner, lease_expires_at, expires_at
                     provider_id,
                     "",
                     {},
@@ -264,6 +301,7 @@ class MemoryQueue:
                     row.enqueued_at,
                     owner,
                     expires_at,
+                    row.expires_at,
                 )
             )
         self._queued[key] -= len(leased)

@@ -115,18 +115,21 @@ class BurstTraffic:
     count: int
     pattern: Pattern = Pattern.SPIKE
     duration_s: float = 0.0
+    ttl_s: float | None = None  # each never sent later than this after it arrives
 
     def __str__(self) -> str:
         spread = f" over {self.duration_s:g}s" if self.duration_s else ""
+        ttl = f", each with a {self.ttl_s:g}s TTL" if self.ttl_s else ""
         return (
             f"a {self.pattern.value} of {self.count:,} each for {', '.join(self.tenants)} "
-            f"through {self.provider}{spread}"
+            f"through {self.provider}{spread}{ttl}"
         )
 
 
 @dataclass(frozen=True, slots=True)
 class BacklogTraffic:
-    """What the store holds queued (and in flight) now, all due at the start."""
+    """What the store holds queued (and in flight) now, due at the start, and what it holds
+    scheduled, due at its send time; each with what is left of its deadline."""
 
     def __str__(self) -> str:
         return "the store's current backlog"
@@ -210,12 +213,14 @@ class TenantPlan:
     max_queued: int
     paced_by: str
     depth: tuple[tuple[float, int], ...] = ()
+    expired: int = 0  # past their deadline before they were sent
 
     def as_json(self) -> dict[str, Any]:
         return {
             "notifications": self.notifications,
             "delivered": self.delivered,
             "dead": self.dead,
+            "expired": self.expired,
             "sends": self.sends,
             "drain_s": _r(self.drain_s),
             "wait_p50_s": _r(self.wait_p50_s),

@@ -54,6 +54,7 @@ class Arrival:
     provider_id: int
     count: int = 1
     priority: int = 0
+    ttl_s: float | None = None  # each never sent later than this after it arrives
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +262,7 @@ async def _feed(
             arrival.count,
             now=clock.monotonic(),
             priority=arrival.priority,
+            ttl_s=arrival.ttl_s,
         )
     dispatcher.wake()
     ledger.feeding_ended()
@@ -288,7 +290,7 @@ def _summarise(
     for tenant_id, count in sorted(planned.items(), key=lambda item: tenants[item[0]].name):
         record = tenants[tenant_id]
         tally = ledger.tenant(tenant_id)
-        left = count - tally.delivered - tally.dead
+        left = count - tally.delivered - tally.dead - tally.expired
         unfinished += left
         waits = sorted(tally.waits)
         p95 = percentile(waits, 95)
@@ -307,6 +309,7 @@ def _summarise(
                 max_queued=tally.max_depth,
                 paced_by=paced_by if record.enabled else "disabled",
                 depth=_resample(tally.series, end_s),
+                expired=tally.expired,
             )
         )
     drains = [t.drain_s for t in rows]

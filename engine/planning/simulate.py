@@ -93,14 +93,15 @@ async def run_simulation(
     *,
     progress: Callable[[SimulationProgress], None] | None = None,
     run_id: str | None = None,
+    ttl_s: float | None = None,
 ) -> int:
     """Enqueue one notification per offset for each tenant through ``provider``, each once
     ``clock.monotonic()`` is ``offsets[i]`` seconds past the start (ascending, as ``schedule``
     gives them); returns how many were enqueued. Every tenant gets the due ones together, at
     most ``_BATCH`` a call, then ``progress`` hears of it. Between arrivals it sleeps on
     ``clock``, at most ``_POLL_S`` at a time. Recipients, payloads and keys carry ``run_id``
-    (made up when None), so a second run adds new notifications. Cancel the task to stop
-    early."""
+    (made up when None), so a second run adds new notifications; with ``ttl_s`` each is never
+    sent later than that after it is enqueued. Cancel the task to stop early."""
     run = run_id or uuid.uuid4().hex[:10]
     count = len(offsets)
     start = clock.monotonic()
@@ -114,7 +115,7 @@ async def run_simulation(
             await clock.sleep(min(_POLL_S, arrivals[done] - now))
             continue
         for tenant in tenants:
-            await enqueue_many(tenant, _items(provider, tenant, run, range(done, upto)))
+            await enqueue_many(tenant, _items(provider, tenant, run, range(done, upto), ttl_s))
         done = upto
         if progress is not None:
             progress(SimulationProgress(done * len(tenants), count * len(tenants), now - start))
@@ -129,8 +130,16 @@ def _due(arrivals: Sequence[float], done: int, now: float) -> int:
     return upto
 
 
-def _items(provider: str, tenant: str, run: str, numbers: range) -> list[EnqueueItem]:
+def _items(
+    provider: str, tenant: str, run: str, numbers: range, ttl_s: float | None = None
+) -> list[EnqueueItem]:
     return [
-        EnqueueItem(provider, f"sim{i}@{tenant}.example", {"sim": run, "n": i}, f"sim-{run}-{i}")
+        EnqueueItem(
+            provider,
+            f"sim{i}@{tenant}.example",
+            {"sim": run, "n": i},
+            f"sim-{run}-{i}",
+            ttl_s=ttl_s,
+        )
         for i in numbers
     ]

@@ -21,7 +21,8 @@ Request
     ``POST {host}/3/device/{recipient}`` with the payload as the JSON body (``{"aps": {...}}``:
     a payload without ``aps`` gets ``{"aps": {"alert": {"title", "body"}}}`` from its ``title``
     and ``body``), and headers ``apns-topic``, ``apns-push-type``, ``apns-priority``,
-    ``apns-expiration``, ``apns-collapse-id`` (the payload's ``collapse_id``, when given) and
+    ``apns-expiration`` (the notification's deadline when it has one, else ``expiration_s``
+    from now), ``apns-collapse-id`` (the payload's ``collapse_id``, when given) and
     ``apns-id``, a UUID derived from the notification's idempotency key (so a redelivery carries
     the same id).
 
@@ -201,14 +202,19 @@ class ApnsProvider:
             "apns-topic": self.topic,
             "apns-push-type": self.push_type,
             "apns-priority": str(self.priority),
-            "apns-expiration": str(int(self._clock.wall()) + self.expiration_s)
-            if self.expiration_s
-            else "0",
+            "apns-expiration": self._expiration(message),
             "apns-id": str(uuid.uuid5(_NAMESPACE, message.idempotency_key)),
         }
         if collapse is not None:
             headers["apns-collapse-id"] = str(collapse)[:64]
         return headers, body
+
+    def _expiration(self, message: Message) -> str:
+        """``apns-expiration``: the notification's deadline when it has one, else the kind's
+        ``expiration_s`` from now (0: delivered now or never)."""
+        if message.expires_at is not None:
+            return str(int(message.expires_at))
+        return str(int(self._clock.wall()) + self.expiration_s) if self.expiration_s else "0"
 
     async def send(self, message: Message) -> SendResult:
         built = self.request(message)

@@ -19,7 +19,9 @@ Authorization (OAuth 2.0 for service accounts, RFC 7523)
 Request
     ``POST {base_url}/v1/projects/{project_id}/messages:send`` with ``{"message": {"token":
     RECIPIENT, "notification": ..., "data": ...}}``: the payload's ``notification`` (or its
-    ``title`` and ``body``) and ``data`` (an object of strings).
+    ``title`` and ``body``) and ``data`` (an object of strings); for a notification with a
+    deadline, ``android.ttl`` (the seconds left of it) and ``apns.headers.apns-expiration``
+    (the deadline, unix seconds).
 
 Answers (https://firebase.google.com/docs/reference/fcm/rest/v1/ErrorCode)
     200 delivered, naming the message. ``UNREGISTERED`` (404) permanent and the token suppressed;
@@ -221,6 +223,9 @@ class FcmProvider:
             fcm["data"] = data
         if "notification" not in fcm and "data" not in fcm:
             return "the payload has neither a notification (title, body) nor data"
+        if message.expires_at is not None:  # what is left of its deadline, for both networks
+            fcm["android"] = {"ttl": f"{int(message.ttl_s or 0)}s"}
+            fcm["apns"] = {"headers": {"apns-expiration": str(int(message.expires_at))}}
         return {"message": fcm}
 
     async def send(self, message: Message) -> SendResult:

@@ -7,8 +7,8 @@ option, via ``Options``) and hands the provider typed values. The console's hint
 ``provider kinds`` and the options table of docs/providers.md come from the same declarations,
 so they cannot drift from what a provider accepts.
 
-``COMMON_OPTIONS`` are taken by every kind (the circuit breaker's); a common option is one more
-entry there.
+``COMMON_OPTIONS`` are taken by every kind (the circuit breaker's, the default deadline); a
+common option is one more entry there.
 """
 
 from __future__ import annotations
@@ -23,7 +23,14 @@ from engine.core.errors import ConfigError
 from engine.providers._options import Options
 from engine.providers.base import ProviderConfig, ProviderFactory
 
-__all__ = ["COMMON_OPTIONS", "OptionSpec", "OptionType", "OptionValues", "ProviderKind"]
+__all__ = [
+    "COMMON_OPTIONS",
+    "DEFAULT_TTL_OPTION",
+    "OptionSpec",
+    "OptionType",
+    "OptionValues",
+    "ProviderKind",
+]
 
 OptionType = Literal["text", "number", "integer", "choice", "rate"]
 Value = str | float | int | None
@@ -134,7 +141,22 @@ def _circuit_options() -> tuple[OptionSpec, ...]:
     )
 
 
-COMMON_OPTIONS: tuple[OptionSpec, ...] = _circuit_options()
+# The deadline, in seconds after their send time, of the notifications through this provider
+# that name none and whose tenant sets none (engine/core/lifetime.py).
+DEFAULT_TTL_OPTION = "default_ttl_s"
+
+COMMON_OPTIONS: tuple[OptionSpec, ...] = (
+    *_circuit_options(),
+    OptionSpec(
+        DEFAULT_TTL_OPTION,
+        "number",
+        None,
+        above_low=True,
+        high=35 * 86_400,
+        help="the deadline, in seconds after their send time, of notifications that name none "
+        "(a tenant's default comes first); none by default",
+    ),
+)
 
 
 class OptionValues:

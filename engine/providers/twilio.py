@@ -13,13 +13,15 @@ Secret
 Request
     ``POST {base_url}/2010-04-01/Accounts/{account_sid}/Messages.json``, form-encoded ``To``
     (the recipient), ``Body`` (the payload's ``body``: the text) and ``From`` or
-    ``MessagingServiceSid``.
+    ``MessagingServiceSid``; for a notification with a deadline, ``ValidityPeriod``: the
+    seconds left of it, within Twilio's 1 to 36,000.
 
 Answers (https://www.twilio.com/docs/api/errors)
     201 (or any 2xx) delivered, naming the message SID. 429, or error 20429, throttled after
     ``Retry-After`` (1 s when absent). Errors 21211 (not a valid phone number), 21614 (not a
     mobile number) and 21408 / 21612 (the route is not allowed) permanent; 21610 (the recipient
-    replied STOP to this sender) permanent and the recipient suppressed.
+    replied STOP to this sender) permanent and the recipient suppressed; 30036 (the validity
+    period passed) expired.
     401 and 403 (bad credentials, a suspended account) unavailable: the circuit opens, no
     attempt is spent. 5xx transient and the provider's fault. Timeouts and connection errors
     unavailable. Any other 4xx permanent. A detail never holds the recipient or the token.
@@ -52,6 +54,8 @@ _SERVICE = re.compile(r"MG[0-9a-fA-F]{32}")
 THROTTLED_CODES = frozenset({20429})
 PERMANENT_CODES = frozenset({21211, 21614, 21408, 21612})
 STOPPED = 21610  # the recipient replied STOP: permanent, and suppressed from then on
+VALIDITY_EXPIRED = 30036  # its ValidityPeriod passed before Twilio could send it: expired
+MOST_VALID_S = 36_000  # ValidityPeriod's bounds: 1 to 36,000 seconds
 
 
 class TwilioProvider:
@@ -115,6 +119,8 @@ class TwilioProvider:
         if not isinstance(body, str) or not body:
             return "the payload has no body (the text of the SMS)"
         fields = {"To": message.recipient, "Body": body}
+        if message.ttl_s is not None:  # what is left of its deadline, within Twilio's bounds
+            fields["ValidityPeriod"] = str(min(MOST_VALID_S, max(1, int(message.ttl_s))))
         if self.messaging_service_sid:
             fields["MessagingServiceSid"] = self.messaging_service_sid
         else:
@@ -159,6 +165,8 @@ class TwilioProvider:
             )
         if code == STOPPED:
             return SendResult.gone(label)
+        if code == VALIDITY_EXPIRED:
+            return SendResult.expired(label)
         if code in PERMANENT_CODES:
             return SendResult.permanent(label)
         if status in (401, 403):

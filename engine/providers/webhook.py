@@ -13,11 +13,13 @@ Secret
 Request
     ``POST url`` with body ``{"id", "tenant", "recipient", "payload", "attempt"}`` (compact
     JSON, UTF-8) and headers ``Content-Type: application/json``, ``Idempotency-Key`` (the
-    notification's key: the same on every redelivery), ``User-Agent: OmniPost/<version>`` and,
-    when signed, ``OmniPost-Signature``. ``attempt`` is the delivery attempt as the retry
-    policy counts it: 1 at first, one more after each transient failure, never above the
-    notification's ``max_attempts``. Throttled sends and redeliveries after a lost lease do not
-    count, so two requests may carry the same attempt; the ``Idempotency-Key`` is the same.
+    notification's key: the same on every redelivery), ``User-Agent: OmniPost/<version>``,
+    for a notification with a deadline ``OmniPost-Expires-At`` (RFC 3339 in UTC: a receiver may
+    drop what arrives past it) and, when signed, ``OmniPost-Signature``. ``attempt`` is the
+    delivery attempt as the retry policy counts it: 1 at first, one more after each transient
+    failure, never above the notification's ``max_attempts``. Throttled sends and redeliveries
+    after a lost lease do not count, so two requests may carry the same attempt; the
+    ``Idempotency-Key`` is the same.
 
 Signature (the scheme Stripe uses)
     ``OmniPost-Signature: t=<unix seconds>,v1=<hex>`` where ``<hex>`` is the HMAC-SHA256, keyed
@@ -45,7 +47,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from datetime import UTC
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from functools import cache
 from typing import TYPE_CHECKING, Self
@@ -74,6 +76,7 @@ __all__ = [
 
 KIND = "webhook"
 SIGNATURE_HEADER = "OmniPost-Signature"
+EXPIRES_HEADER = "OmniPost-Expires-At"  # the notification's deadline, RFC 3339 in UTC
 DEFAULT_RETRY_AFTER_S = 1.0
 MAX_RETRY_AFTER_S = 3600.0
 HEADER_PREFIX = "header."
@@ -102,6 +105,11 @@ _RESERVED = frozenset(
     | {SIGNATURE_HEADER.lower(), "transfer-encoding", "connection"}
 )
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+
+def rfc3339(at: float) -> str:
+    """Unix seconds as RFC 3339 in UTC, to the millisecond (``2026-12-07T08:00:00.000Z``)."""
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def sign(secret: str, body: bytes, timestamp: int) -> str:
@@ -254,6 +262,8 @@ class WebhookProvider:
             "Idempotency-Key": key,
             "User-Agent": user_agent(),
         }
+        if message.expires_at is not None:  # the receiver may drop what comes too late
+            headers[EXPIRES_HEADER] = rfc3339(message.expires_at)
         if self._signing_key:
             headers[SIGNATURE_HEADER] = sign(self._signing_key, body, int(now))
         import httpx  # loaded on the first send, as the client is (engine/providers/_http.py)

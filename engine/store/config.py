@@ -73,11 +73,13 @@ class ConfigRepo:
         enabled: bool | None = None,
         api_limit: Limit | Unset | None = UNSET,
         max_queued: int | Unset | None = UNSET,
+        default_ttl_s: float | Unset | None = UNSET,
         now: float,
         actor: str,
     ) -> TenantRecord:
-        """Change a tenant's limit, enabled flag, API request limit or queue cap (``None``
-        puts a limit or cap back to its default)."""
+        """Change a tenant's limit, enabled flag, API request limit, queue cap or default
+        deadline (``None`` puts a limit or cap back to its default, and takes the deadline
+        away)."""
 
         async def tx(conn: AsyncConnection) -> TenantRecord:
             row = await _tenant_row(conn, name)
@@ -93,6 +95,8 @@ class ConfigRepo:
                 values["api_burst"] = None if api_limit is None else api_limit.burst
             if max_queued is not UNSET:
                 values["max_queued"] = max_queued
+            if default_ttl_s is not UNSET:
+                values["default_ttl_s"] = default_ttl_s
             if values:
                 await conn.execute(tenants.update().where(tenants.c.id == row.id).values(values))
                 detail = {"name": name, **{k: v for k, v in values.items()}}
@@ -369,10 +373,10 @@ def _merge(current: dict[str, str], changes: Mapping[str, str]) -> dict[str, str
 
 def _tenant(row: Sequence[Any]) -> TenantRecord:
     """A row of ``sa.select(tenants)``, by position (100,000 at a worker's start)."""
-    tenant_id, name, rate, burst, enabled, _created, api_rate, api_burst, max_queued = row
+    tenant_id, name, rate, burst, enabled, _created, api_rate, api_burst, max_queued, ttl_s = row
     limit = None if rate is None or burst is None else _limit_of(rate, burst)
     api_limit = None if api_rate is None or api_burst is None else _limit_of(api_rate, api_burst)
-    return TenantRecord(tenant_id, name, limit, bool(enabled), api_limit, max_queued)
+    return TenantRecord(tenant_id, name, limit, bool(enabled), api_limit, max_queued, ttl_s)
 
 
 _TENANT_COLUMNS: dict[str, sa.Column[Any]] = {

@@ -246,6 +246,7 @@ def _targets(retention: Retention, now: float) -> dict[str, Target]:
         ("dead", NotificationState.DEAD, retention.dead_s),
         ("cancelled", NotificationState.CANCELLED, retention.dead_s),  # kept as dead letters are
         ("suppressed", NotificationState.SUPPRESSED, retention.dead_s),
+        ("expired", NotificationState.EXPIRED, retention.dead_s),
     ):
         if window is not None:
             where = (N.c.state == state.value) & (N.c.finished_at < now - window)

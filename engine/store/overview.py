@@ -11,7 +11,6 @@ and a cheap token that changes whenever the configuration does.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,9 +18,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from engine.core.crypto import SecretBox, mask
+from engine.core.crypto import SecretBox
 from engine.core.domain import NotificationState, Outcome
 from engine.store.database import Database
+from engine.store.reads import view_of
 from engine.store.records import DeliveryEntry, DepthRow, NotificationView
 from engine.store.schema import (
     audit_log,
@@ -194,23 +194,7 @@ class OverviewReads:
         return await self._db.read(tx)
 
     def _view(self, row: sa.Row[Any]) -> NotificationView:
-        return NotificationView(
-            id=row.id,
-            tenant_id=row.tenant_id,
-            provider_id=row.provider_id,
-            recipient_masked=mask(self._box.decrypt(row.recipient)),
-            payload=json.loads(row.payload),
-            idempotency_key=row.idempotency_key,
-            priority=row.priority,
-            state=NotificationState(row.state),
-            attempt=row.attempt,
-            failures=row.failures,
-            max_attempts=row.max_attempts,
-            available_at=row.available_at,
-            enqueued_at=row.enqueued_at,
-            finished_at=row.finished_at,
-            last_error=row.last_error,
-        )
+        return view_of(self._box, row)
 
 
 async def _per_state(conn: AsyncConnection) -> dict[NotificationState, int]:

@@ -1,4 +1,4 @@
-"""The notifications table's partial indexes (migrations 0003 and 0006), added to
+"""The notifications table's partial indexes (migrations 0003, 0006 and 0011), added to
 ``engine.store.schema.metadata`` on import.
 
 They live apart from ``schema`` because declaring a Postgres partial index
@@ -14,7 +14,15 @@ import sqlalchemy as sa
 
 from engine.store.schema import notifications
 
-__all__ = ["FINISHED", "LEASED_EXPIRY", "LEASED_OWNER", "PARTIAL_INDEXES", "QUEUED_DUE"]
+__all__ = [
+    "FINISHED",
+    "LEASED_EXPIRY",
+    "LEASED_OWNER",
+    "PARTIAL_INDEXES",
+    "QUEUED_DUE",
+    "SCHEDULED_DUE",
+    "WAITING_EXPIRY",
+]
 
 _QUEUED_ONLY = notifications.c.state == "queued"
 
@@ -33,7 +41,7 @@ QUEUED_DUE = sa.Index(
 # reaper the expired ones by expiry; queued and finished rows (nearly all of them) need no
 # entry, so an enqueue and an acknowledgement write two index entries fewer per row. The
 # queries must say ``state = 'leased'`` as a literal for a prepared statement's generic plan
-# to use them (``queue.LEASED_ONLY``).
+# to use them (``leases.LEASED_ONLY``).
 _LEASED_ONLY = notifications.c.state == "leased"
 LEASED_OWNER = sa.Index(
     "ix_notifications_leased_owner",
@@ -57,4 +65,23 @@ FINISHED = sa.Index(
     postgresql_where=_FINISHED,
 )
 
-PARTIAL_INDEXES = (QUEUED_DUE, LEASED_OWNER, LEASED_EXPIRY, FINISHED)
+# Migration 0011: scheduled rows by send time (the promotion of those due finds them without a
+# scan), and the rows with a deadline that nobody has claimed (the sweep that expires them).
+_SCHEDULED_ONLY = notifications.c.state == "scheduled"
+SCHEDULED_DUE = sa.Index(
+    "ix_notifications_scheduled_due",
+    notifications.c.available_at,
+    sqlite_where=_SCHEDULED_ONLY,
+    postgresql_where=_SCHEDULED_ONLY,
+)
+_WAITING_DEADLINE = notifications.c.state.in_(["queued", "scheduled"]) & (
+    notifications.c.expires_at.is_not(None)
+)
+WAITING_EXPIRY = sa.Index(
+    "ix_notifications_waiting_expiry",
+    notifications.c.expires_at,
+    sqlite_where=_WAITING_DEADLINE,
+    postgresql_where=_WAITING_DEADLINE,
+)
+
+PARTIAL_INDEXES = (QUEUED_DUE, LEASED_OWNER, LEASED_EXPIRY, FINISHED, SCHEDULED_DUE, WAITING_EXPIRY)

@@ -8,8 +8,9 @@ transaction of its own: the claim picks, locks and leases its rows in one ``UPDA
 acknowledgement updates the leases that still hold and inserts their delivery-log rows in one
 statement (a data-modifying CTE), with every batch's values passed as arrays, so the text never
 changes and asyncpg's prepared statement serves every batch. ``Database.write_on_driver`` runs
-them. The statements are the store's own (``QueueRepo.claim`` and ``_apply_delivered`` say
-why each clause is there); the contract tests run both stores through them.
+them. The statements are the store's own (``QueueRepo.claim`` and
+``completions.apply_delivered`` say why each clause is there); the contract tests run both
+stores through them.
 
 An enqueue through SQLAlchemy is four round trips (``BEGIN``, a multi-row ``INSERT`` whose
 parameters it processes row by row, the ``NOTIFY``, ``COMMIT``); here the rows go as arrays
@@ -22,7 +23,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from engine.core.domain import NotificationState, Outcome
+from engine.core.domain import EXPIRED_DETAIL, NotificationState, Outcome
 from engine.store.records import Completion, NotificationRow
 from engine.store.suppressions import SUPPRESSED, SUPPRESSED_DETAIL
 
@@ -41,6 +42,9 @@ __all__ = [
 _QUEUED = NotificationState.QUEUED.value
 _LEASED = NotificationState.LEASED.value
 _DELIVERED = NotificationState.DELIVERED.value
+_SCHEDULED = NotificationState.SCHEDULED.value
+_EXPIRED = NotificationState.EXPIRED.value
+_EXPIRED_WHY = EXPIRED_DETAIL.replace("'", "''")
 _DELIVERED_OUTCOME = Outcome.DELIVERED.value
 _UNIQUE_VIOLATION = "23505"  # SQLSTATE unique_violation
 
@@ -51,7 +55,7 @@ _UNIQUE_VIOLATION = "23505"  # SQLSTATE unique_violation
 # read the key's due rows along the partial index ``ix_notifications_queued_due`` (queued rows
 # only) and sort them all, every claim, where ``ix_notifications_claim`` yields them in claim
 # order and stops after ``n`` (measured: a quarter slower over a 50,000 backlog).
-CLAIM_SQL = """
+CLAIM_SQL = f"""
 WITH picked AS MATERIALIZED (
     SELECT id FROM notifications
     WHERE state = $7 AND tenant_id = $1 AND provider_id = $2 AND available_at <= $3
@@ -60,14 +64,20 @@ WITH picked AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE notifications
-SET state = $8, lease_owner = $5, lease_expires_at = $6, attempt = attempt + 1
+SET state = CASE WHEN expires_at <= $3::float8 THEN '{_EXPIRED}' ELSE $8::text END,
+    lease_owner = CASE WHEN expires_at <= $3::float8 THEN NULL ELSE $5::text END,
+    lease_expires_at = CASE WHEN expires_at <= $3::float8 THEN NULL ELSE $6::float8 END,
+    finished_at = CASE WHEN expires_at <= $3::float8 THEN $3::float8 ELSE finished_at END,
+    last_error = CASE WHEN expires_at <= $3::float8 THEN '{_EXPIRED_WHY}' ELSE last_error END,
+    attempt = attempt + 1
 WHERE id IN (SELECT id FROM picked)
-RETURNING id, recipient, payload, idempotency_key, attempt, failures, max_attempts, enqueued_at
+RETURNING id, recipient, payload, idempotency_key, attempt, failures, max_attempts, enqueued_at,
+    expires_at
 """
 
 # ``CLAIM_SQL`` for many keys in one statement: each (tenant, provider, n) picks its rows in a
 # LATERAL subquery, locked and skipped as the single claim does; one trip, however many keys.
-CLAIM_MANY_SQL = """
+CLAIM_MANY_SQL = f"""
 WITH picked AS MATERIALIZED (
     SELECT x.id FROM unnest($1::integer[], $2::integer[], $3::integer[]) AS a(t, p, n)
     CROSS JOIN LATERAL (
@@ -79,10 +89,15 @@ WITH picked AS MATERIALIZED (
     ) AS x
 )
 UPDATE notifications
-SET state = $8, lease_owner = $5, lease_expires_at = $6, attempt = attempt + 1
+SET state = CASE WHEN expires_at <= $4::float8 THEN '{_EXPIRED}' ELSE $8::text END,
+    lease_owner = CASE WHEN expires_at <= $4::float8 THEN NULL ELSE $5::text END,
+    lease_expires_at = CASE WHEN expires_at <= $4::float8 THEN NULL ELSE $6::float8 END,
+    finished_at = CASE WHEN expires_at <= $4::float8 THEN $4::float8 ELSE finished_at END,
+    last_error = CASE WHEN expires_at <= $4::float8 THEN '{_EXPIRED_WHY}' ELSE last_error END,
+    attempt = attempt + 1
 WHERE id IN (SELECT id FROM picked)
 RETURNING id, recipient, payload, idempotency_key, attempt, failures, max_attempts, enqueued_at,
-    tenant_id, provider_id
+    expires_at, tenant_id, provider_id
 """
 
 # The fence on owner and state is written ``IS NOT DISTINCT FROM`` (the same test here: neither
@@ -114,12 +129,13 @@ SELECT id FROM acked
 # The rows as arrays, in the order given; a key the tenant used before (or twice in one call)
 # is not inserted again, and ``enqueue`` looks those keys up (``KEYS_SQL``) after. A row whose
 # recipient the tenant suppressed for its provider (its digests under every configured key,
-# $14 on, against ``suppressions``) is inserted suppressed and finished: one probe of the
+# $15 on, against ``suppressions``) is inserted suppressed and finished: one probe of the
 # unique (tenant, digest, provider) index a row, in a LATERAL subquery (as an EXISTS in the
 # select list, the three CASEs that read it ran it three times a row). ``pg_notify`` runs once
 # if anything was inserted to be sent (``told`` is joined for that: a CTE nobody reads is never
-# run). With ``same`` the provider, priority, attempts and due time are one value each ($2,
-# $6-$8) for every row, as an API batch's nearly always are: four arrays fewer for asyncpg to
+# run); a scheduled row (its state, $9, says so) is told as well: workers sweep. With ``same``
+# the provider, priority, attempts, due time, state and deadline are one value each ($2, $6-$9,
+# $13) for every row, as an API batch's nearly always are: six arrays fewer for asyncpg to
 # encode, which asks of every element whether it is a sequence (about 0.7 us a row of the
 # server's time). With ``made_up`` every key was made up by ``new_keys`` just now, so none can
 # be in the table: a plain INSERT, without ``ON CONFLICT``'s speculative insertion (a check
@@ -127,7 +143,7 @@ SELECT id FROM acked
 # statement's time in Postgres, bench/http_api.py); ``enqueue`` runs the checked form if one
 # ever is. One text per number of keys (nearly always one or two) and form, each prepared once.
 #
-# With no keys (``keys=0``) the statement takes no digests and no $13: it is for a tenant
+# With no keys (``keys=0``) the statement takes no digests and no $14: it is for a tenant
 # believed to keep no suppression list (nearly all), and checks that belief in the same
 # snapshot, once (``listed``). If the tenant has a list after all it inserts nothing and answers
 # one row of NULLs, and ``enqueue`` runs the form with digests. Either way a row is judged
@@ -138,21 +154,23 @@ SELECT id FROM acked
 def enqueue_sql(keys: int, *, same: bool = False, made_up: bool = False) -> str:
     """The enqueue for a store with ``keys`` encryption keys configured (0: for a tenant
     believed to keep no suppression list)."""
-    arrays = "".join(f", ${14 + k}::text[]" for k in range(keys))
+    arrays = "".join(f", ${15 + k}::text[]" for k in range(keys))
     names = "".join(f", digest{k}" for k in range(keys))
     if same:
         given = f"""
     SELECT $2::integer AS provider_id, u.recipient, u.payload, u.idempotency_key,
            $6::integer AS priority, $7::integer AS max_attempts, $8::float8 AS available_at,
+           $13::float8 AS expires_at, $9::text AS state0,
            u.ord{"".join(f", u.digest{k}" for k in range(keys))}
     FROM unnest($3::text[], $4::text[], $5::text[]{arrays}) WITH ORDINALITY
         AS u(recipient, payload, idempotency_key{names}, ord)"""
     else:
         given = f"""
     SELECT * FROM unnest($2::integer[], $3::text[], $4::text[], $5::text[], $6::integer[],
-                         $7::integer[], $8::float8[]{arrays}) WITH ORDINALITY
+                         $7::integer[], $8::float8[], $13::float8[], $9::text[]{arrays})
+        WITH ORDINALITY
         AS g(provider_id, recipient, payload, idempotency_key, priority, max_attempts,
-             available_at{names}, ord)"""
+             available_at, expires_at, state0{names}, ord)"""
     checked = "" if made_up else "ON CONFLICT (tenant_id, idempotency_key) DO NOTHING"
     if keys:
         judged = f"""
@@ -163,12 +181,12 @@ def enqueue_sql(keys: int, *, same: bool = False, made_up: bool = False) -> str:
           AND s.provider_id = g.provider_id
         LIMIT 1
     ) AS hit ON true"""
-        state = f"CASE WHEN gone THEN '{SUPPRESSED}' ELSE $9::text END"
-        finished = "CASE WHEN gone THEN $10::float8 END, CASE WHEN gone THEN $13::text END"
+        state = f"CASE WHEN gone THEN '{SUPPRESSED}' ELSE state0 END"
+        finished = "CASE WHEN gone THEN $10::float8 END, CASE WHEN gone THEN $14::text END"
         listed, unlisted, answer_listed = "", "", ""
     else:
         judged = "SELECT * FROM given"
-        state, finished = "$9::text", "NULL, NULL"
+        state, finished = "state0", "NULL, NULL"
         listed = """
 ), listed AS (
     SELECT EXISTS (SELECT 1 FROM suppressions WHERE tenant_id = $1) AS yes"""
@@ -180,9 +198,9 @@ WITH given AS ({given}
 ), added AS (
     INSERT INTO notifications (tenant_id, provider_id, recipient, payload, idempotency_key,
                                priority, state, attempt, failures, max_attempts,
-                               available_at, enqueued_at, finished_at, last_error)
+                               available_at, enqueued_at, finished_at, last_error, expires_at)
     SELECT $1, provider_id, recipient, payload, idempotency_key, priority, {state}, 0, 0,
-           max_attempts, available_at, $10::float8, {finished}
+           max_attempts, available_at, $10::float8, {finished}, expires_at
     FROM judged {unlisted}
     ORDER BY ord {checked}
     RETURNING id, idempotency_key, state
@@ -233,14 +251,16 @@ async def enqueue(
         [item.priority for item in items],
         [item.max_attempts for item in items],
         [now if item.available_at is None else item.available_at for item in items],
+        [item.expires_at for item in items],
+        [_SCHEDULED if item.scheduled else _QUEUED for item in items],
     ]
     n = len(items)
     same = all(column.count(column[0]) == n for column in columns)
     if same:
         columns = [column[0] for column in columns]
-    provider_ids, priorities, attempts, due = columns
+    provider_ids, priorities, attempts, due, expires, states = columns
     args: tuple[Any, ...] = (tenant_id, provider_ids, recipients, payloads, keys, priorities)
-    args += (attempts, due, _QUEUED, now, *notify)
+    args += (attempts, due, states, now, *notify, expires)
     found = None
     if tenant_id not in listed:
         found = await _insert(conn, 0, same, made_up, args)
@@ -283,8 +303,9 @@ async def claim(
     now: float,
 ) -> list[Any]:
     """Lease up to ``n`` due rows of one key to ``owner`` until ``expires``; returns the leased
-    rows (id, recipient, payload, idempotency_key, attempt, failures, max_attempts,
-    enqueued_at). ``conn``: an asyncpg connection outside any transaction."""
+    rows, and those that expired instead (id, recipient, payload, idempotency_key, attempt,
+    failures, max_attempts, enqueued_at, expires_at). ``conn``: an asyncpg connection outside
+    any transaction."""
     args = (tenant_id, provider_id, now, n, owner, expires, _QUEUED, _LEASED)
     return list(await conn.fetch(CLAIM_SQL, *args))
 
@@ -298,7 +319,7 @@ async def claim_many(
     rows = await conn.fetch(CLAIM_MANY_SQL, *columns, now, owner, expires, _QUEUED, _LEASED)
     by_key: dict[tuple[int, int], list[Any]] = {}
     for row in rows:
-        by_key.setdefault((row[8], row[9]), []).append(row[:8])
+        by_key.setdefault((row[9], row[10]), []).append(row[:9])
     return [by_key.get((a[0], a[1]), []) for a in asks]
 
 

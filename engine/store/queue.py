@@ -14,10 +14,17 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from engine.core.domain import NotificationState, Outcome
+from engine.core.domain import NotificationState
 from engine.core.errors import SecretUnreadable
 from engine.store import pg_hot, sqlite_hot
-from engine.store.database import picked_once
+from engine.store.completions import (
+    LOG_INSERT,
+    all_delivered_by_one,
+    apply_delivered,
+    apply_one,
+    log_row,
+)
+from engine.store.leases import reap_statement, renew_statement
 from engine.store.notify import CHANNEL
 from engine.store.payloads import payload_texts
 from engine.store.records import (
@@ -27,19 +34,17 @@ from engine.store.records import (
     NotificationRow,
 )
 from engine.store.repairs import QueueRepairs
-from engine.store.schema import delivery_log, notifications
+from engine.store.schema import notifications
 from engine.store.suppressions import by_item, lazy_digests, record_gone
 
-__all__ = ["LEASED_ONLY", "QueueRepo", "reap_statement", "renew_statement"]
+__all__ = ["QueueRepo"]
 
 N = notifications
 _CHUNK = 500
 _QUEUED = NotificationState.QUEUED.value
 _LEASED = NotificationState.LEASED.value
 _DEAD = NotificationState.DEAD.value
-# Leased rows, with the state as a literal: the lease indexes are partial on exactly this, and a
-# Postgres prepared statement's generic plan uses them only when its text says so (schema.py).
-LEASED_ONLY = N.c.state == sa.literal_column(f"'{_LEASED}'")
+_SCHEDULED = NotificationState.SCHEDULED.value
 
 
 class QueueRepo(QueueRepairs):
@@ -99,6 +104,7 @@ class QueueRepo(QueueRepairs):
     ) -> dict[str, Any]:
         """``item`` as SQLite's enqueue inserts it, its recipient encrypted and its payload
         encoded."""
+        due = now if item.available_at is None else item.available_at
         return {
             "tenant_id": tenant_id,
             "provider_id": item.provider_id,
@@ -106,12 +112,13 @@ class QueueRepo(QueueRepairs):
             "payload": payload,
             "idempotency_key": item.idempotency_key,
             "priority": item.priority,
-            "state": _QUEUED,
+            "state": _SCHEDULED if item.scheduled else _QUEUED,
             "attempt": 0,
             "failures": 0,
             "max_attempts": item.max_attempts,
-            "available_at": now if item.available_at is None else item.available_at,
+            "available_at": due,
             "enqueued_at": now,
+            "expires_at": item.expires_at,
         }
 
     # -- dispatch ---------------------------------------------------------------------------
@@ -146,14 +153,23 @@ class QueueRepo(QueueRepairs):
                 ),
                 lane="claim",  # one claim at a time per dispatcher: a connection of its own
             )
-        return await self._leases(rows, tenant_id, provider_id, owner, expires)
+        return await self._leases(rows, tenant_id, provider_id, owner, expires, now)
 
     async def _leases(
-        self, rows: Sequence[Any], tenant_id: int, provider_id: int, owner: str, expires: float
+        self,
+        rows: Sequence[Any],
+        tenant_id: int,
+        provider_id: int,
+        owner: str,
+        expires: float,
+        now: float,
     ) -> list[Leased]:
-        """A claim's rows as leases, in id order; with keys that cannot open a recipient the
-        rows go back at once, unspent, and ``SecretUnreadable`` is raised."""
+        """A claim's rows as leases, in id order, without those whose deadline had passed (the
+        claim ended them expired); with keys that cannot open a recipient the rows go back at
+        once, unspent, and ``SecretUnreadable`` is raised."""
         decrypt, loads = self._box.decrypt, json.loads
+        if any(row[8] is not None and row[8] <= now for row in rows):
+            rows = [row for row in rows if row[8] is None or row[8] > now]
         try:
             leased = [
                 Leased(  # by position, as the fields go: made per row
@@ -169,8 +185,19 @@ class QueueRepo(QueueRepairs):
                     enqueued_at,
                     owner,
                     expires,
+                    deadline,
                 )
-                for i, recipient, payload, key, attempt, failures, max_attempts, enqueued_at in rows
+                for (
+                    i,
+                    recipient,
+                    payload,
+                    key,
+                    attempt,
+                    failures,
+                    max_attempts,
+                    enqueued_at,
+                    deadline,
+                ) in rows
             ]
         except SecretUnreadable:
             # The keys are wrong: nothing can be sent. The rows go back at once, unspent, for a
@@ -203,7 +230,9 @@ class QueueRepo(QueueRepairs):
             )
         pairs = list(zip(asks, found, strict=True))
         try:
-            return [await self._leases(rows, t, p, owner, expires) for (t, p, _n), rows in pairs]
+            return [
+                await self._leases(rows, t, p, owner, expires, now) for (t, p, _n), rows in pairs
+            ]
         except SecretUnreadable:  # every key's rows go back, not only the unreadable one's
             await self.release(
                 owner, [_unread(r, t, p, owner) for (t, p, _n), rs in pairs for r in rs]
@@ -234,7 +263,8 @@ class QueueRepo(QueueRepairs):
                     .where(
                         N.c.id.in_([item.id for item in chunk])
                         & sa.tuple_(N.c.id, N.c.attempt).in_([(i.id, i.attempt) for i in chunk])
-                        # No index serves these: the rows are found by id (see _DELIVER).
+                        # No index serves these: the rows are found by id (as the grouped
+                        # acknowledgement's: completions._DELIVER).
                         & N.c.lease_owner.is_not_distinct_from(owner)
                         & N.c.state.is_not_distinct_from(_LEASED)
                     )
@@ -252,26 +282,26 @@ class QueueRepo(QueueRepairs):
 
         async def tx(conn: AsyncConnection) -> list[bool]:
             ok: set[int] = set()
-            # One statement per lease owner: _apply_delivered fences a batch on one owner.
+            # One statement per lease owner: apply_delivered fences a batch on one owner.
             delivered: dict[str, list[Completion]] = {}
             for c in completions:
                 if c.state is NotificationState.DELIVERED:
                     delivered.setdefault(c.leased.owner, []).append(c)
             for mine in delivered.values():
                 for start in range(0, len(mine), _CHUNK):
-                    ok |= await _apply_delivered(conn, mine[start : start + _CHUNK])
+                    ok |= await apply_delivered(conn, mine[start : start + _CHUNK])
             ok |= await self._apply_rest(conn, completions)
             applied = [c.leased.id in ok for c in completions]
-            log_rows = [_log_row(c, worker) for c in completions if c.leased.id in ok]
+            log_rows = [log_row(c, worker) for c in completions if c.leased.id in ok]
             if log_rows:
-                await conn.execute(_LOG_INSERT, log_rows)
+                await conn.execute(LOG_INSERT, log_rows)
             return applied
 
         if len({c.leased.id for c in completions}) != len(completions):
             raise ValueError("a batch of completions must not name a notification twice")
         if not completions:
             return []
-        if _all_delivered_by_one(completions):
+        if all_delivered_by_one(completions):
             return await self._deliver(completions, worker)
         return await self._db.write(tx)
 
@@ -284,7 +314,7 @@ class QueueRepo(QueueRepairs):
         Returns the ids applied."""
         ok = set()
         for c in completions:
-            if c.state is not NotificationState.DELIVERED and await _apply(conn, c):
+            if c.state is not NotificationState.DELIVERED and await apply_one(conn, c):
                 ok.add(c.leased.id)
         gone = [c for c in completions if c.gone and c.leased.id in ok]
         if gone:
@@ -314,116 +344,6 @@ class QueueRepo(QueueRepairs):
         return await self._db.write(tx)
 
 
-def renew_statement(owner: str, until: float, *, is_sqlite: bool) -> sa.Update:
-    """Extend ``owner``'s leases to ``until``: found through ``ix_notifications_leased_owner``.
-    Rows being completed right now are skipped (Postgres): they need no renewal, and waiting
-    on them would invite a deadlock with the completer."""
-    mine = sa.select(N.c.id).where((N.c.lease_owner == owner) & LEASED_ONLY).order_by(N.c.id)
-    return (
-        N.update()
-        .where(N.c.id.in_(picked_once(mine, is_sqlite=is_sqlite)))
-        .values(lease_expires_at=until)
-    )
-
-
-def reap_statement(now: float) -> sa.Update:
-    """Queue again every lease expired by ``now``: found through
-    ``ix_notifications_leased_expiry``."""
-    return (
-        N.update()
-        .where(LEASED_ONLY & (N.c.lease_expires_at < now))
-        .values(state=_QUEUED, lease_owner=None, lease_expires_at=None, available_at=now)
-    )
-
-
-def _all_delivered_by_one(completions: Sequence[Completion]) -> bool:
-    owner, delivered = completions[0].leased.owner, NotificationState.DELIVERED
-    return all(
-        c.state is delivered and c.outcome is Outcome.DELIVERED and c.leased.owner == owner
-        for c in completions
-    )
-
-
-def _fenced(item: Leased, owner: str) -> sa.Update:
-    return N.update().where(
-        (N.c.id == item.id)
-        & (N.c.lease_owner == owner)
-        & (N.c.attempt == item.attempt)
-        & (N.c.state == _LEASED)
-    )
-
-
-# The grouped acknowledgement, built once: SQLAlchemy then finds its compiled form without
-# building and hashing a new statement per batch. The plain id list lets SQLite (after
-# ANALYZE) look rows up by rowid; the (id, attempt) pairs are the fence. Owner and state are
-# tested with IS NOT DISTINCT FROM, which no Postgres index serves, so that the rows are found
-# by primary key and not through the owner and state indexes' entries left since the last
-# vacuum (``pg_hot.DELIVER_SQL`` says more).
-_DELIVER = (
-    N.update()
-    .where(
-        N.c.id.in_(sa.bindparam("ack_ids", expanding=True))
-        & sa.tuple_(N.c.id, N.c.attempt).in_(sa.bindparam("ack_pairs", expanding=True))
-        & N.c.lease_owner.is_not_distinct_from(sa.bindparam("ack_owner"))
-        & N.c.state.is_not_distinct_from(sa.bindparam("ack_state"))
-    )
-    .values(
-        state=sa.bindparam("new_state"),
-        lease_owner=None,
-        lease_expires_at=None,
-        finished_at=sa.bindparam("new_finished"),
-    )
-    .returning(N.c.id)
-)
-_LOG_INSERT = delivery_log.insert()
-
-
-async def _apply_delivered(conn: AsyncConnection, batch: Sequence[Completion]) -> set[int]:
-    pairs = sorted((c.leased.id, c.leased.attempt) for c in batch)
-    params = {
-        "ack_ids": [pair[0] for pair in pairs],
-        "ack_pairs": pairs,
-        "ack_owner": batch[0].leased.owner,
-        "ack_state": _LEASED,
-        "new_state": NotificationState.DELIVERED.value,
-        "new_finished": max(c.ts for c in batch),
-    }
-    return {row.id for row in await conn.execute(_DELIVER, params)}
-
-
-async def _apply(conn: AsyncConnection, c: Completion) -> bool:
-    values: dict[str, Any] = {
-        "state": c.state.value,
-        "lease_owner": None,
-        "lease_expires_at": None,
-    }
-    if c.state is NotificationState.QUEUED:
-        values["available_at"] = c.available_at if c.available_at is not None else c.ts
-    else:
-        values["finished_at"] = c.ts
-    if c.spend_attempt:
-        values["failures"] = N.c.failures + 1
-    if c.outcome is not Outcome.DELIVERED:
-        values["last_error"] = c.detail[:500]
-    result = await conn.execute(_fenced(c.leased, c.leased.owner).values(values))
-    return bool(result.rowcount)
-
-
-def _log_row(c: Completion, worker: str) -> dict[str, Any]:
-    return {
-        "notification_id": c.leased.id,
-        "tenant_id": c.leased.tenant_id,
-        "provider_id": c.leased.provider_id,
-        "attempt": c.leased.attempt,
-        "outcome": c.outcome.value,
-        "detail": c.detail[:500],
-        "worker": worker,
-        "ts": c.ts,
-        "latency_s": c.latency_s,
-        "send_s": c.send_s,
-    }
-
-
 def _results(
     items: Sequence[NotificationRow], ids: dict[str, int], fresh: set[str], gone: set[str]
 ) -> list[EnqueueResult]:
@@ -434,15 +354,30 @@ def _results(
     for item in items:
         key = item.idempotency_key
         new = key in fresh
-        results.append(EnqueueResult(ids[key], key, not new, new and key in gone))
+        result = EnqueueResult(ids[key], key, not new, new and key in gone)
+        if new and (item.scheduled or item.expires_at is not None):
+            result.expires_at = item.expires_at
+            result.send_at = item.available_at if item.scheduled else None
+        results.append(result)
         fresh.discard(key)
     return results
 
 
 def _unread(row: Any, tenant_id: int, provider_id: int, owner: str) -> Leased:
     """A claimed row as a lease to give back, its recipient left sealed (not needed)."""
-    i, _, _, key, attempt, failures, max_attempts, enqueued_at = row
+    i, _, _, key, attempt, failures, max_attempts, enqueued_at, expires_at = row
     return Leased(
-        *(i, tenant_id, provider_id, "", {}, key),
-        *(attempt, failures, max_attempts, enqueued_at, owner, 0.0),
+        i,
+        tenant_id,
+        provider_id,
+        "",
+        {},
+        key,
+        attempt,
+        failures,
+        max_attempts,
+        enqueued_at,
+        owner,
+        0.0,
+        expires_at,
     )

@@ -27,7 +27,7 @@ from engine.store.records import (
 )
 from engine.store.schema import delivery_log, notifications, queue_counts
 
-__all__ = ["DUE_CAP", "QueueReads"]
+__all__ = ["DUE_CAP", "QueueReads", "view_of"]
 
 N = notifications
 _QUEUED = NotificationState.QUEUED.value
@@ -277,23 +277,7 @@ class QueueReads:
         return await self._db.read(tx)
 
     def _view(self, row: sa.Row[Any]) -> NotificationView:
-        return NotificationView(
-            id=row.id,
-            tenant_id=row.tenant_id,
-            provider_id=row.provider_id,
-            recipient_masked=mask(self._box.decrypt(row.recipient)),
-            payload=json.loads(row.payload),
-            idempotency_key=row.idempotency_key,
-            priority=row.priority,
-            state=NotificationState(row.state),
-            attempt=row.attempt,
-            failures=row.failures,
-            max_attempts=row.max_attempts,
-            available_at=row.available_at,
-            enqueued_at=row.enqueued_at,
-            finished_at=row.finished_at,
-            last_error=row.last_error,
-        )
+        return view_of(self._box, row)
 
     async def deliveries(
         self, tenant_id: int, *, notification_id: int | None = None, limit: int = 100
@@ -410,3 +394,25 @@ def _oldest_probe(tenant_id: int) -> sa.Select[Any]:
         .subquery()
     )
     return sa.select(first)
+
+
+def view_of(box: SecretBox, row: sa.Row[Any]) -> NotificationView:
+    """A notifications row as people see it: the recipient masked."""
+    return NotificationView(
+        id=row.id,
+        tenant_id=row.tenant_id,
+        provider_id=row.provider_id,
+        recipient_masked=mask(box.decrypt(row.recipient)),
+        payload=json.loads(row.payload),
+        idempotency_key=row.idempotency_key,
+        priority=row.priority,
+        state=NotificationState(row.state),
+        attempt=row.attempt,
+        failures=row.failures,
+        max_attempts=row.max_attempts,
+        available_at=row.available_at,
+        enqueued_at=row.enqueued_at,
+        finished_at=row.finished_at,
+        last_error=row.last_error,
+        expires_at=row.expires_at,
+    )

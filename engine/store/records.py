@@ -42,8 +42,9 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class TenantRecord:
-    """A tenant: its dispatch ``limit`` and, for the HTTP API, each key's request limit and
-    the most it may hold queued (``None``: the server's defaults)."""
+    """A tenant: its dispatch ``limit``, for the HTTP API each key's request limit and the
+    most it may hold queued (``None``: the server's defaults), and the deadline, in seconds
+    after their send time, of its notifications that name none (``None``: the provider's)."""
 
     id: int
     name: str
@@ -51,6 +52,7 @@ class TenantRecord:
     enabled: bool
     api_limit: Limit | None = None
     max_queued: int | None = None
+    default_ttl_s: float | None = None
 
 
 TENANT_SORTS = ("name", "rate", "burst", "enabled")
@@ -109,7 +111,11 @@ class NotificationRow:
     idempotency_key: str
     priority: int = 0
     max_attempts: int = 5
-    available_at: float | None = None
+    available_at: float | None = None  # not claimed before (None: the enqueue's time)
+    expires_at: float | None = None  # never sent after it (``expired`` instead)
+    # Inserted ``scheduled`` (its ``available_at`` is its send time): not counted as queued,
+    # and queued only when ``LifetimesRepo.promote`` finds it due.
+    scheduled: bool = False
 
 
 @dataclass(slots=True)  # a value; not frozen: see the module docstring
@@ -119,6 +125,10 @@ class EnqueueResult:
     duplicate: bool
     # Inserted suppressed: its recipient is on the tenant's suppression list for its provider.
     suppressed: bool = False
+    # As inserted (None for a duplicate: its own are in the store): its send time when it was
+    # scheduled (None: due now), and its deadline (None: none).
+    send_at: float | None = None
+    expires_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +150,7 @@ class NotificationView:
     enqueued_at: float
     finished_at: float | None
     last_error: str | None
+    expires_at: float | None = None
 
 
 @dataclass(slots=True)  # a value; not frozen: see the module docstring
@@ -158,18 +169,23 @@ class Leased:
     enqueued_at: float
     owner: str
     lease_expires_at: float
+    expires_at: float | None = None  # its deadline (unix s): never sent after it
 
-    def message(self, tenant: str, provider: str) -> Message:
-        """What the provider is given to send."""
+    def message(self, tenant: str, provider: str, now: float) -> Message:
+        """What the provider is given to send at ``now`` (wall s): with a deadline, what is
+        left of it."""
+        expires_at = self.expires_at
         return Message(  # by position (made per send): notification_id, tenant, provider,
-            self.id,  # recipient, payload, idempotency_key, attempt, delivery_attempt
-            tenant,
+            self.id,  # recipient, payload, idempotency_key, attempt, delivery_attempt,
+            tenant,  # expires_at, ttl_s
             provider,
             self.recipient,
             self.payload,
             self.idempotency_key,
             self.attempt,
             self.failures + 1,
+            expires_at,
+            None if expires_at is None else max(0.0, expires_at - now),
         )
 
 

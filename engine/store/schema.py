@@ -50,6 +50,9 @@ tenants = sa.Table(
     sa.Column("api_rate_per_s", sa.Double, nullable=True),
     sa.Column("api_burst", sa.Double, nullable=True),
     sa.Column("max_queued", sa.BigInteger, nullable=True),
+    # Migration 0011: the deadline given to its notifications that name none (seconds after
+    # their send time); NULL: the provider's, if it has one, else none.
+    sa.Column("default_ttl_s", sa.Double, nullable=True),
 )
 
 providers = sa.Table(
@@ -97,6 +100,8 @@ notifications = sa.Table(
     sa.Column("enqueued_at", sa.Double, nullable=False),
     sa.Column("finished_at", sa.Double, nullable=True),
     sa.Column("last_error", sa.Text, nullable=True),
+    # Migration 0011: never sent after this (unix s); NULL: no deadline.
+    sa.Column("expires_at", sa.Double, nullable=True),
     sa.UniqueConstraint("tenant_id", "idempotency_key"),
     # SQLite would otherwise reuse the highest id once retention deleted it (migration 0003).
     sqlite_autoincrement=True,

@@ -10,10 +10,10 @@ IMMEDIATE``, the statements, ``COMMIT``) in one call, which ``Database.write_in_
 sends to that thread as one trip.
 
 The statements are the store's own, written out: the claim along ``ix_notifications_claim``
-(see ``QueueRepo._pick``), the acknowledgement fenced on owner and attempt with the plain id
-list beside the pairs (see ``_apply_delivered``), and the delivery-log rows. The counts kept
-by triggers change in the same transaction, as they do through SQLAlchemy. The contract tests
-run both stores through these.
+(see ``QueueRepo.claim``), the acknowledgement fenced on owner and attempt with the plain id
+list beside the pairs (see ``completions.apply_delivered``), and the delivery-log rows. The
+counts kept by triggers change in the same transaction, as they do through SQLAlchemy. The
+contract tests run both stores through these.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from engine.core.domain import NotificationState
+from engine.core.domain import EXPIRED_DETAIL, NotificationState
 from engine.store.records import Completion
 from engine.store.suppressions import SUPPRESSED, SUPPRESSED_DETAIL, gone_of
 
@@ -42,17 +42,25 @@ __all__ = [
 _QUEUED = NotificationState.QUEUED.value
 _LEASED = NotificationState.LEASED.value
 _DELIVERED = NotificationState.DELIVERED.value
+_EXPIRED = NotificationState.EXPIRED.value
 
 CHUNK = 500  # pairs per grouped update: 1,504 parameters, far below SQLite's limit
 
+# A row whose deadline has passed is not leased but ends expired, in the same statement: it
+# comes back with the leased ones, and ``QueueRepo._leases`` leaves it out by its deadline.
+_PAST = "expires_at <= :now"
 CLAIM_SQL = (
-    "UPDATE notifications SET state = :leased, lease_owner = :owner,"
-    " lease_expires_at = :expires, attempt = attempt + 1"
+    f"UPDATE notifications SET state = CASE WHEN {_PAST} THEN :expired ELSE :leased END,"
+    f" lease_owner = CASE WHEN {_PAST} THEN NULL ELSE :owner END,"
+    f" lease_expires_at = CASE WHEN {_PAST} THEN NULL ELSE :expires END,"
+    f" finished_at = CASE WHEN {_PAST} THEN :now ELSE finished_at END,"
+    f" last_error = CASE WHEN {_PAST} THEN :why ELSE last_error END,"
+    " attempt = attempt + 1"
     " WHERE id IN (SELECT id FROM notifications INDEXED BY ix_notifications_claim"
     " WHERE state = :queued AND tenant_id = :tenant AND provider_id = :provider"
     " AND available_at <= :now ORDER BY priority DESC, id LIMIT :n)"
     " RETURNING id, recipient, payload, idempotency_key, attempt, failures, max_attempts,"
-    " enqueued_at"
+    " enqueued_at, expires_at"
 )
 
 LOG_SQL = (
@@ -63,8 +71,9 @@ LOG_SQL = (
 
 @functools.lru_cache(maxsize=64)
 def deliver_sql(n: int) -> str:
-    """The grouped update to delivered of ``n`` (id, attempt) pairs, as ``_apply_delivered``
-    writes it: the plain id list lets SQLite look the rows up by rowid; the pairs fence."""
+    """The grouped update to delivered of ``n`` (id, attempt) pairs, as
+    ``completions.apply_delivered`` writes it: the plain id list lets SQLite look the rows up
+    by rowid; the pairs fence."""
     ids = ", ".join(["?"] * n)
     pairs = ", ".join(["(?, ?)"] * n)
     return (
@@ -87,8 +96,9 @@ _COLUMNS = (
     "max_attempts",
     "available_at",
     "enqueued_at",
+    "expires_at",
 )
-_ROWS = 500  # rows per insert: 6,000 parameters, below SQLite's limit of 32,766
+_ROWS = 500  # rows per insert: 6,500 parameters, below SQLite's limit of 32,766
 
 
 # Whether the tenant keeps a suppression list: one probe (nearly all keep none, and their rows
@@ -182,13 +192,15 @@ def claim(
     now: float,
 ) -> list[tuple[Any, ...]]:
     """Lease up to ``n`` due rows of one key to ``owner`` until ``expires``; returns the leased
-    rows (id, recipient, payload, idempotency_key, attempt, failures, max_attempts,
-    enqueued_at)."""
+    rows, and those that expired instead (id, recipient, payload, idempotency_key, attempt,
+    failures, max_attempts, enqueued_at, expires_at)."""
     args = {
         "leased": _LEASED,
         "owner": owner,
         "expires": expires,
         "queued": _QUEUED,
+        "expired": _EXPIRED,
+        "why": EXPIRED_DETAIL,
         "tenant": tenant_id,
         "provider": provider_id,
         "now": now,
@@ -218,6 +230,8 @@ def claim_many(
         "owner": owner,
         "expires": expires,
         "queued": _QUEUED,
+        "expired": _EXPIRED,
+        "why": EXPIRED_DETAIL,
         "now": now,
     }
     _transaction(conn)

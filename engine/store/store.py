@@ -18,6 +18,7 @@ from engine.store.audit import AuditRepo
 from engine.store.circuits import CircuitsRepo
 from engine.store.config import ConfigRepo
 from engine.store.database import Database, masked_url, normalize_url
+from engine.store.lifetimes import LifetimesRepo
 from engine.store.maintenance import MaintenanceRepo
 from engine.store.notify import listen
 from engine.store.overview import OverviewReads
@@ -39,7 +40,7 @@ _MIGRATIONS = Path(__file__).with_name("migrations")
 # scripts):
 # known here, so that a command checks the store's revision without importing Alembic, which
 # only ``migrate`` needs.
-HEAD = "0010"
+HEAD = "0011"
 
 
 def _alembic_config() -> Config:
@@ -59,6 +60,7 @@ class Store:
         self.workers = WorkersRepo(self._db)
         self.audit = AuditRepo(self._db)
         self.queue = QueueRepo(self._db, box)
+        self.lifetimes = LifetimesRepo(self._db)  # scheduled rows falling due, deadlines passing
         self.stats = StatsRepo(self._db)
         self.circuits = CircuitsRepo(self._db)
         self.maintenance = MaintenanceRepo(self._db)

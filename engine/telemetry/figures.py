@@ -37,7 +37,7 @@ ACTIVITY_PAIRS = 2048  # pairs the activity record keeps (each read is bounded b
 # to an hour: a backlog drained at its rate takes minutes).
 SEND_BOUNDS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 DELIVERY_BOUNDS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
-_OUTCOME_COUNTERS = ("delivered", "throttled", "failed", "dead", "held")
+_OUTCOME_COUNTERS = ("delivered", "throttled", "failed", "dead", "held", "expired")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +50,8 @@ class TenantDepth:
     oldest_queued_age_s: float | None
     cancelled: int = 0  # last, with defaults: rows are made by position
     suppressed: int = 0
+    scheduled: int = 0  # waiting for their send time
+    expired: int = 0  # past their deadline before they were sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +68,11 @@ class Counters:
     gone: int = 0  # sends whose provider said the recipient is gone: put on the tenant's list
     claims: int = 0  # claim statements made (each may serve many keys)
     claims_empty: int = 0  # keys granted tokens whose claim found no row (another worker's)
+    # Ended expired here: past their deadline before their send (after a wait for tokens), a
+    # retry that would come after it, the provider's answer, or this engine's sweep of rows
+    # nobody claimed (a claim's own expiries are in the store's counts only).
+    expired: int = 0
+    promoted: int = 0  # scheduled rows this engine queued as they fell due
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +86,7 @@ class PairCounts:
     failed: int = 0
     dead: int = 0
     held: int = 0
+    expired: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +201,7 @@ class Telemetry:
         dead: bool = False,
         latency_s: float | None = None,
         pair: tuple[str, str] | None = None,
+        expired: bool = False,
     ) -> None:
         """One completion written back; ``pair`` (tenant, provider) names, when known, is also
         counted on its own, and its provider's delivery latency histogram gets ``latency_s``."""
@@ -202,7 +211,7 @@ class Telemetry:
             per_second.append((second, {}))
         counts = per_second[-1][1]
         counts[outcome] = counts.get(outcome, 0) + 1
-        name = _counter(outcome, dead=dead)
+        name = "expired" if expired else _counter(outcome, dead=dead)
         self._totals[name] += 1
         if pair is not None:
             paired = self._pairs.get(pair)
@@ -229,8 +238,16 @@ class Telemetry:
             tenant.name if tenant is not None else str(leased.tenant_id),
             provider.name if provider is not None else str(leased.provider_id),
         )
-        dead = completion.state is NotificationState.DEAD
-        self.record(completion.outcome, dead=dead, latency_s=completion.latency_s, pair=pair)
+        state = completion.state
+        dead = state is NotificationState.DEAD
+        expired = state is NotificationState.EXPIRED
+        self.record(
+            completion.outcome,
+            dead=dead,
+            latency_s=completion.latency_s,
+            pair=pair,
+            expired=expired,
+        )
         self.activity.touch(pair[0], pair[1], self._clock.monotonic())
 
     def observe_send(self, provider: str, duration_s: float) -> None:
@@ -322,6 +339,8 @@ def tenant_depths(
             oldest_queued_age_s=oldest[tenant_id],
             cancelled=counts.get(NotificationState.CANCELLED, 0),
             suppressed=counts.get(NotificationState.SUPPRESSED, 0),
+            scheduled=counts.get(NotificationState.SCHEDULED, 0),
+            expired=counts.get(NotificationState.EXPIRED, 0),
         )
         for tenant_id, counts in sorted(per.items())
     )
@@ -393,6 +412,8 @@ def summed(depth: Iterable[TenantDepth], now: float) -> QueueTotals:
         dead=sum(d.dead for d in rows),
         cancelled=sum(d.cancelled for d in rows),
         suppressed=sum(d.suppressed for d in rows),
+        scheduled=sum(d.scheduled for d in rows),
+        expired=sum(d.expired for d in rows),
         tenants_queued=sum(1 for d in rows if d.queued),
         oldest_queued_age_s=max(ages, default=None),
         read_at=now,

@@ -82,6 +82,8 @@ class QueueTotals:
     dead: int = 0
     cancelled: int = 0
     suppressed: int = 0
+    scheduled: int = 0
+    expired: int = 0
     tenants_queued: int | None = 0
     oldest_queued_age_s: float | None = None
     read_at: float = 0.0

@@ -279,6 +279,8 @@ def _totals(overview: QueueOverview, wall: float, read_at: float) -> QueueTotals
         dead=t.get(S.DEAD, 0),
         cancelled=t.get(S.CANCELLED, 0),
         suppressed=t.get(S.SUPPRESSED, 0),
+        scheduled=t.get(S.SCHEDULED, 0),
+        expired=t.get(S.EXPIRED, 0),
         tenants_queued=overview.tenants_queued,
         oldest_queued_age_s=None if oldest is None else max(0.0, wall - oldest),
         read_at=read_at,

@@ -228,6 +228,7 @@ def box_of_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SecretBox:
     return load_box(Paths(tmp_path))
 
 
+SOON = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 86400)).encode()
 BAD: list[tuple[str, dict[str, str], bytes, int, str | None]] = [
     ("malformed JSON", {}, b'{"provider": ', 400, None),
     ("not JSON", {"Content-Type": "text/plain"}, b"provider=sim", 415, None),
@@ -246,6 +247,36 @@ BAD: list[tuple[str, dict[str, str], bytes, int, str | None]] = [
     ("NUL in a key", {}, b'{"provider": "sim", "recipient": "x", "key": "a\\u0000"}', 422, "key"),
     ("not a name", {}, b'{"provider": "a b", "recipient": "x"}', 422, "provider"),
     ("empty batch", {}, b'{"notifications": []}', 422, "notifications"),
+    (
+        "a send time without an offset",
+        {},
+        b'{"provider": "sim", "recipient": "x", "send_at": "2030-01-01T09:00:00"}',
+        422,
+        "send_at",
+    ),
+    (
+        "a deadline before the send time",
+        {},
+        b'{"provider": "sim", "recipient": "x", "send_at": "%s",'
+        b' "expires_at": "2020-01-01T08:00:00Z"}' % SOON,
+        422,
+        "expires_at",
+    ),
+    (
+        "a send time too far ahead",
+        {},
+        b'{"provider": "sim", "recipient": "x", "send_at": "2999-01-01T09:00:00Z"}',
+        422,
+        "send_at",
+    ),
+    (
+        "a deadline and a TTL in a batch",
+        {},
+        b'{"notifications": [{"provider": "sim", "recipient": "a"}, {"provider": "sim",'
+        b' "recipient": "b", "expires_at": "2030-01-01T08:00:00Z", "ttl_s": 60}]}',
+        422,
+        "notifications[1].ttl_s",
+    ),
     (
         "bad item",
         {},
@@ -272,6 +303,28 @@ BAD: list[tuple[str, dict[str, str], bytes, int, str | None]] = [
     ),
     ("too large", {}, b'{"provider": "sim", "recipient": "' + b"x" * (1 << 20) + b'"}', 413, None),
 ]
+
+
+def test_a_send_time_and_a_deadline_are_kept_and_echoed_in_utc(served: Served) -> None:
+    later = time.time() + 3600
+    local = time.strftime("%Y-%m-%dT%H:%M:%S+01:00", time.gmtime(later + 3600))
+    utc = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(later))
+    answer = served.post("acme", {**ONE, "send_at": local, "ttl_s": 300})
+    assert answer.status_code == 202, answer.text
+    one = answer.json()
+    assert one["state"] == "scheduled"
+    assert one["send_at"] == utc
+    assert one["expires_at"] == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(later + 300))
+    again = served.post("acme", {**ONE, "key": "code-1", "ttl_s": 60})
+    assert again.json()["state"] == "queued" and again.json()["send_at"] is None
+    with served.client() as c:
+        got = c.get(f"/v1/notifications/{one['id']}").json()
+        assert got["state"] == "scheduled"
+        assert got["expires_at"] == pytest.approx(later + 300, abs=1)
+        listed = c.get("/v1/notifications", params={"state": "scheduled"}).json()
+        assert [n["id"] for n in listed["notifications"]] == [one["id"]]
+        cancelled = c.post(f"/v1/notifications/{one['id']}/cancel")
+        assert cancelled.json()["notification"]["state"] == "cancelled"
 
 
 def test_bad_requests_are_problems_and_write_nothing(served: Served) -> None:

@@ -66,7 +66,7 @@ def test_tenant_add_set_list(cli: Cli) -> None:
     assert cli.ok("tenant", "set", "globex", "--api-rate", "5/s", "--max-queued", "1000") == (
         "tenant globex: 7/s burst 14, enabled; API requests per key 5/s burst 10, queue cap 1,000\n"
     )
-    api = {"api_limit": None, "max_queued": None}
+    api = {"api_limit": None, "max_queued": None, "default_ttl_s": None}
     assert cli.json("tenant", "list") == [
         {"name": "acme", "limit": {"rate_per_s": 1.0, "burst": 1.0}, "enabled": True, **api},
         {
@@ -75,6 +75,7 @@ def test_tenant_add_set_list(cli: Cli) -> None:
             "enabled": True,
             "api_limit": {"rate_per_s": 5.0, "burst": 10.0},
             "max_queued": 1000,
+            "default_ttl_s": None,
         },
         {"name": "initech", "limit": None, "enabled": False, **api},
     ]
@@ -301,6 +302,8 @@ def test_stats_text_and_json(cli: Cli) -> None:
             "cancelled": 0,
             "oldest_queued_age_s": stats["depth"][0]["oldest_queued_age_s"],
             "suppressed": 0,
+            "scheduled": 0,
+            "expired": 0,
         }
     ]
     assert stats["depth"][0]["oldest_queued_age_s"] >= 0
@@ -314,6 +317,7 @@ def test_stats_text_and_json(cli: Cli) -> None:
         "transient",
         "permanent",
         "unavailable",
+        "expired",
     }
     assert stats["health"] == [closed("sim")]
     assert stats["workers"] == []

@@ -210,6 +210,7 @@ def test_prune_dry_run_then_for_real(cli: Cli) -> None:
         "api_requests": 0,
         "suppressed": 0,
         "suppressions": 0,
+        "expired": 0,
     }
 
     assert cli.json("prune", "--dry-run") == {**expected, "freed_bytes": 0, "dry_run": True}
@@ -238,7 +239,7 @@ def test_prune_dry_run_then_for_real(cli: Cli) -> None:
     again = cli.json("prune")
     assert again == {
         "delivered": 0, "dead": 0, "cancelled": 0, "delivery_log": 0, "audit_log": 0,
-        "api_requests": 0, "suppressed": 0, "suppressions": 0,
+        "api_requests": 0, "suppressed": 0, "suppressions": 0, "expired": 0,
         "freed_bytes": 0, "dry_run": False,
     }  # fmt: skip
     text = cli.ok("prune").splitlines()
@@ -254,7 +255,7 @@ def test_forever_keeps_everything(cli: Cli) -> None:
     cli.ok("retention", "set", "--delivered", "0", "--dead", "0", "--log", "0", "--audit", "0")
     assert cli.json("prune") == {
         "delivered": 0, "dead": 0, "cancelled": 0, "delivery_log": 0, "audit_log": 0,
-        "api_requests": 0, "suppressed": 0, "suppressions": 0,
+        "api_requests": 0, "suppressed": 0, "suppressions": 0, "expired": 0,
         "freed_bytes": 0, "dry_run": False,
     }  # fmt: skip
     cli.ok("retention", "set", "--dead", "1w")  # now only the old dead letter goes

@@ -63,7 +63,8 @@ def test_a_row_that_is_no_longer_queued_is_said_in_one_sentence(
         c.run(c.engine.cancel("globex", second))
         c.run(c.bridge.cancel_notifications([("globex", first), ("globex", second)]))
         assert c.errors == [
-            f"notification {second} is cancelled; only a queued notification can be cancelled."
+            f"notification {second} is cancelled; only a queued or scheduled notification "
+            "can be cancelled."
         ]
         tenant_id = c.engine.directory.tenant_id("globex")
         assert tenant_id is not None

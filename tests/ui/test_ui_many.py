@@ -28,7 +28,8 @@ from engine import (
 )
 from testkit.many_tenants import PROVIDERS, populate, tenant_name
 from testkit.ui import OFFSCREEN_NOISE, check_model, console
-from ui.models import NotificationsModel, TenantRow, TenantsModel, WorkersModel
+from ui.models import TenantRow, TenantsModel, WorkersModel
+from ui.queue_models import NotificationsModel
 from ui.state import QueueRow
 from ui.views.buckets import bucket_groups
 from ui.views.fills import FILL_BINS, fill_image

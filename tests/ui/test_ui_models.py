@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 
@@ -24,14 +25,8 @@ from engine import (
 from engine.core.present import MASKED_VALUE as MASKED  # the CLI's and the console's mask
 from testkit.ui import check_model
 from ui.log_model import LogFilter, LogModel
-from ui.models import (
-    SORT_ROLE,
-    DepthModel,
-    NotificationsModel,
-    ProvidersModel,
-    TenantsModel,
-    WorkersModel,
-)
+from ui.models import SORT_ROLE, ProvidersModel, TenantsModel, WorkersModel
+from ui.queue_models import DepthModel, NotificationsModel
 from ui.state import LogEntry, LogKind, QueueRow
 
 ACME = TenantRecord(1, "acme", Limit(50, 20), True)
@@ -127,13 +122,19 @@ def test_workers_model_marks_its_own(qtmodeltester: ModelTester) -> None:
 def test_depth_model(qtmodeltester: ModelTester) -> None:
     model = DepthModel()
     model.set_rows(
-        [TenantDepth("acme", 5, 1, 10, 0, None), TenantDepth("b", 0, 0, 0, 2, 61.0, cancelled=3)]
+        [
+            TenantDepth("acme", 5, 1, 10, 0, None, scheduled=4),
+            TenantDepth("b", 0, 0, 0, 2, 61.0, cancelled=3, expired=7),
+        ]
     )
     check_model(qtmodeltester, model)
-    assert model.headerData(5, Qt.Orientation.Horizontal) == "Cancelled"
-    assert [model.data(model.index(r, 5)) for r in (0, 1)] == ["0", "3"]
-    assert model.data(model.index(0, 6)) == "—"
-    assert model.data(model.index(1, 6)) == "1 min 1 s"
+    headers = [model.headerData(c, Qt.Orientation.Horizontal) for c in range(9)]
+    assert headers[2] == "Scheduled" and headers[6:8] == ["Cancelled", "Expired"]
+    assert [model.data(model.index(r, 2)) for r in (0, 1)] == ["4", "0"]
+    assert [model.data(model.index(r, 6)) for r in (0, 1)] == ["0", "3"]
+    assert [model.data(model.index(r, 7)) for r in (0, 1)] == ["0", "7"]
+    assert model.data(model.index(0, 8)) == "—"
+    assert model.data(model.index(1, 8)) == "1 min 1 s"
 
 
 def _view(nid: int, state: NotificationState, error: str | None = None) -> NotificationView:
@@ -212,3 +213,18 @@ def test_pyside_keeps_none_and_true_counted() -> None:
         pinger.ping.emit()
     after = sys.getrefcount(True), sys.getrefcount(None)
     assert after[0] - before[0] > -100 and after[1] - before[1] > -100, (before, after)
+
+
+def test_the_queue_shows_a_send_time_and_a_deadline() -> None:
+    from ui.queue_models import _lifetime
+
+    now = 1_800_000_000.0
+    view = NotificationView(
+        1, 1, 1, "+1***67", {}, "k", 0, NotificationState.SCHEDULED, 0, 0, 5,
+        now + 7500, now, None, None, expires_at=now + 7800,
+    )  # fmt: skip
+    assert _lifetime(view, now) == "sends in 2 h 5 min; expires in 2 h 10 min"
+    expired = dataclasses.replace(view, state=NotificationState.EXPIRED, expires_at=now - 1)
+    assert _lifetime(expired, now) == "deadline passed"
+    plain = dataclasses.replace(view, state=NotificationState.QUEUED, expires_at=None)
+    assert _lifetime(plain, now) == ""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyqtgraph as pg
@@ -31,12 +31,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine import QueueTotals, Snapshot
+from engine import QueueTotals, Snapshot, TenantDepth
 from ui.bridge import Bridge
 from ui.fmt import fmt_bucket, fmt_count, fmt_duration, fmt_latency
 from ui.history import Array
-from ui.models import DepthModel
 from ui.plotmath import moving_mean, peak
+from ui.queue_models import DepthModel
 from ui.theme import LIGHT, Theme
 from ui.views.buckets import BucketPanel
 from ui.views.fills import FILL_MAP_FROM, FillMap
@@ -61,6 +61,10 @@ _LATENCY = {
     "p99_ms": ("p99", "#e15759"),
 }
 _FULL = 97.0  # a bucket whose mean fill stayed above this (in %) did not hold anything back
+
+
+# DepthModel's columns of the states most queues never have, by index, and their fields.
+_RARE_DEPTH_COLUMNS = ((2, "scheduled"), (6, "cancelled"), (7, "expired"))
 
 
 class Stat(QFrame):
@@ -114,13 +118,19 @@ class Dashboard(QWidget):
             "throttled": Stat("throttled / s", "Provider 429s per second: requeued, not lost."),
             "failed": Stat("failed / s", "Failed sends per second (retried, or dead)."),
             "queued": Stat("queued", "Notifications waiting, over all tenants."),
+            "scheduled": Stat("scheduled", "Notifications waiting for their send time."),
             "oldest": Stat("oldest waiting", "Age of the oldest queued notification."),
             "p95": Stat("p95 latency", "95% of deliveries took at most this, enqueue to sent."),
             "dead": Stat("dead", "Notifications that will not be retried without you."),
+            "expired": Stat(
+                "expired", "Notifications whose deadline passed before they were sent."
+            ),
         }
         strip = QHBoxLayout()
         for stat in self.stats.values():
             strip.addWidget(stat)
+        for rare in ("scheduled", "expired"):
+            self.stats[rare].hide()
         self.live_button = QPushButton("Pause live view")
         self.live_button.setCheckable(True)
         self.live_button.setToolTip(
@@ -243,6 +253,12 @@ class Dashboard(QWidget):
         self.stats["oldest"].set(fmt_duration(oldest) if queued else "—", oldest > 60)
         self.stats["p95"].set(fmt_latency(snap.latency_p95_s))
         self.stats["dead"].set(fmt_count(dead), dead > 0)
+        # The rarer figures show only once there is something to count: the strip stays as
+        # narrow as the window may be.
+        self.stats["scheduled"].set(fmt_count(totals.scheduled))
+        self.stats["scheduled"].setVisible(totals.scheduled > 0)
+        self.stats["expired"].set(fmt_count(totals.expired), totals.expired > 0, "#c98a12")
+        self.stats["expired"].setVisible(totals.expired > 0)
 
     def _colour(self, name: str) -> QColor:
         """A colour per series, stable for the session; each family (fill, queued) cycles
@@ -258,6 +274,13 @@ class Dashboard(QWidget):
     def _bucket_colours(self, snap: Snapshot) -> dict[str, QColor]:
         return {str(b.key): self._colour(f"fill:{b.key}") for b in snap.buckets}
 
+    def _depth_rows(self, rows: Sequence[TenantDepth]) -> None:
+        """The deepest queues, with the rarer states' columns (scheduled, cancelled,
+        expired) shown only while a row has some: the table stays narrow enough to read."""
+        self.depth_model.set_rows(rows)
+        for column, field in _RARE_DEPTH_COLUMNS:
+            self.depth_table.setColumnHidden(column, not any(getattr(r, field) for r in rows))
+
     def _curves(self, snap: Snapshot) -> None:
         """Feed the queues table and the four plots one after the other, ``_STAGGER_MS``
         apart, after the figures and gauges: each repaints on its own, and the engine's
@@ -265,7 +288,7 @@ class Dashboard(QWidget):
         whole dashboard took longer than a frame)."""
         deepest = snap.deepest if snap.picks is not None else snap.depth
         parts = (
-            lambda: self.depth_model.set_rows(deepest),
+            lambda: self._depth_rows(deepest),
             lambda: self._fill_curves(snap),
             self._depth_curves,
             lambda: self._feed_fixed(self.rate_plot, _OUTCOMES),

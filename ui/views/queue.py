@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
 
 from engine import NotificationState, TenantRecord
 from ui.bridge import Bridge
-from ui.models import NotificationsModel
+from ui.queue_models import NotificationsModel
 from ui.state import QueueRow
 from ui.views.table_tools import NameCombo, filter_box, sized_columns
 from ui.widgets import MessageBar
@@ -45,11 +45,16 @@ class QueueView(QWidget):
         self.tenant.setMinimumContentsLength(18)
         self.state = QComboBox()
         self.state.addItem("dead", NotificationState.DEAD.value)
-        for state in (NotificationState.QUEUED, NotificationState.LEASED):
+        for state in (
+            NotificationState.QUEUED,
+            NotificationState.SCHEDULED,
+            NotificationState.LEASED,
+        ):
             self.state.addItem(state.value, state.value)
         self.state.addItem("delivered", NotificationState.DELIVERED.value)
         self.state.addItem("cancelled", NotificationState.CANCELLED.value)
         self.state.addItem("suppressed", NotificationState.SUPPRESSED.value)
+        self.state.addItem("expired", NotificationState.EXPIRED.value)
         self.state.addItem("any state", "")
         self.tenant.activated.connect(lambda _index: self.reload())
         line = self.tenant.lineEdit()
@@ -101,7 +106,8 @@ class QueueView(QWidget):
         actions.addWidget(self.cancel_selected)
         actions.addStretch(1)
         self.hint = QLabel(
-            "Only dead notifications can be retried or discarded, and queued ones cancelled."
+            "Only dead notifications can be retried or discarded, and queued or scheduled ones "
+            "cancelled."
         )
         actions.addWidget(self.hint)
         return actions
@@ -148,9 +154,11 @@ class QueueView(QWidget):
         return self.model.ids(rows)
 
     def selected_queued(self) -> list[QueueRow]:
-        """The selected rows that are queued: those ``Cancel selected`` would cancel."""
+        """The selected rows that are queued or scheduled: those ``Cancel selected`` would
+        cancel."""
         found = (self.model.record_of(i) for i in self.selected_ids())
-        return [r for r in found if r is not None and r.view.state is NotificationState.QUEUED]
+        waiting = (NotificationState.QUEUED, NotificationState.SCHEDULED)
+        return [r for r in found if r is not None and r.view.state in waiting]
 
     def _dead_shown(self) -> bool:
         return self.filters()[1] is NotificationState.DEAD
@@ -194,11 +202,12 @@ class QueueView(QWidget):
         )
 
     def confirm_cancel(self) -> None:
-        """Ask in the message bar before cancelling the selected queued notifications."""
+        """Ask in the message bar before cancelling the selected queued or scheduled
+        notifications."""
         rows = self.selected_queued()
         if not rows:
             return
-        what = f"{len(rows)} selected queued notification{'s' if len(rows) != 1 else ''}"
+        what = f"{len(rows)} selected waiting notification{'s' if len(rows) != 1 else ''}"
         targets = [(r.tenant, r.view.id) for r in rows]
         self.bar.ask(
             f"Cancel {what}? They will never be sent; this cannot be undone.",

@@ -72,6 +72,16 @@ class SimulatorView(QWidget):
         form.addRow("Pattern", self.pattern)
         form.addRow("Count", self.count)
         form.addRow("Duration", self.duration)
+        self.ttl = QDoubleSpinBox()
+        self.ttl.setRange(0, 86_400)
+        self.ttl.setValue(0)
+        self.ttl.setSuffix(" s")
+        self.ttl.setSpecialValueText("none")
+        self.ttl.setToolTip(
+            "Each notification's deadline, after it is enqueued: past it, it is never sent and "
+            "ends expired (the dashboard counts them; the what-if says how many would)."
+        )
+        form.addRow("TTL", self.ttl)
         setup = QGroupBox("Burst")
         setup_layout = QHBoxLayout(setup)
         tenants = QVBoxLayout()
@@ -86,6 +96,7 @@ class SimulatorView(QWidget):
             self.pattern.currentIndexChanged,
             self.count.valueChanged,
             self.duration.valueChanged,
+            self.ttl.valueChanged,
         ):
             signal.connect(self.whatif.inputs_changed)
         self.modes = QTabWidget()
@@ -184,7 +195,12 @@ class SimulatorView(QWidget):
             self.count.value(),
             Pattern(self.pattern.currentData()),
             self.duration.value() if self.duration.isEnabled() else 0.0,
+            self.ttl_s(),
         )
+
+    def ttl_s(self) -> float | None:
+        """The TTL field's seconds; None when it says none."""
+        return self.ttl.value() or None
 
     def selected_tenants(self) -> list[str]:
         items = (self.tenants.item(i) for i in range(self.tenants.count()))
@@ -197,6 +213,7 @@ class SimulatorView(QWidget):
             self.count.value(),
             str(self.pattern.currentData()),
             self.duration.value() if self.duration.isEnabled() else 0.0,
+            self.ttl_s(),
         )
 
     def show_status(self, status: SimulationStatus) -> None:

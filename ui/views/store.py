@@ -41,11 +41,12 @@ def prune_summary(report: PruneReport) -> str:
     """One sentence for people: the rows deleted per kind and the bytes given back."""
     if report.total == 0:
         return "Nothing was old enough to delete."
-    kinds = (  # the last two are rare: said only when there are some
+    kinds = (  # the rare ones are said only when there are some
         (report.delivered, "delivered"),
         (report.dead, "dead"),
         (report.cancelled, "cancelled"),
         (report.suppressed or None, "suppressed"),
+        (report.expired or None, "expired"),
         (report.delivery_log, "delivery-log"),
         (report.audit_log, "audit"),
         (report.suppressions or None, "suppression-list"),

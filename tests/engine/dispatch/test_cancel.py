@@ -134,7 +134,8 @@ async def test_only_a_queued_notification_can_be_cancelled(
     assert isinstance(raised.value, Conflict)
     assert raised.value.state is state
     assert raised.value.message == (
-        f"notification {nid} is {state.value}; only a queued notification can be cancelled."
+        f"notification {nid} is {state.value}; only a queued or scheduled notification "
+        "can be cancelled."
     )
     assert await view(engine, nid) == before  # untouched
     assert len(await engine.store.audit.entries()) == audited  # nothing audited
@@ -319,7 +320,7 @@ def test_the_cancel_command(cli: Cli) -> None:
     missing = beta + 100
     result = cli("cancel", "acme", str(first), str(third), str(beta), str(missing))
     assert (result.code, result.out) == (1, "")
-    only = "only a queued notification can be cancelled."
+    only = "only a queued or scheduled notification can be cancelled."
     assert result.err.splitlines() == [
         f"omnipost: notification {first} is cancelled; {only}",
         f"omnipost: notification {third} is delivered; {only}",
@@ -336,8 +337,8 @@ def test_the_cancel_command(cli: Cli) -> None:
             "id": third,
             "state": "delivered",
             "cancelled": False,
-            "error": f"notification {third} is delivered; only a queued notification can be "
-            "cancelled.",
+            "error": f"notification {third} is delivered; only a queued or scheduled notification "
+            "can be cancelled.",
         },
         {
             "id": missing,

@@ -405,3 +405,40 @@ def test_the_lean_loop_wakes_sleepers_in_asyncios_order(monkeypatch: pytest.Monk
     monkeypatch.setattr(virtual_loop, "LEAN", False)
     assert lean == run_virtual(main)
     assert lean.index("c") > lean.index("callback 4")
+
+
+# -- deadlines ---------------------------------------------------------------------------------
+
+
+def test_a_plan_counts_what_would_expire_behind_a_tenants_bucket() -> None:
+    """100 codes at 10/s (burst 1) with a 5 s TTL: about the first 51 go (one at once, then 10
+    a second for 5 s), the rest expire unsent, and none is sent past its deadline."""
+    setup = _setup({"acme": Limit(10, 1)})
+    plan = run_plan(setup, [Arrival(0.0, 1, 1, 100, ttl_s=5.0)])
+    acme = plan.tenant("acme")
+    assert 49 <= acme.delivered <= 52
+    assert acme.expired == 100 - acme.delivered and acme.dead == 0
+    assert acme.sends == acme.delivered  # an expired one is never sent
+    assert plan.unfinished == 0
+    assert acme.wait_p99_s is not None and acme.wait_p99_s <= 5.0
+    assert acme.as_json()["expired"] == acme.expired
+    faster = run_plan(
+        dataclasses.replace(setup, tenants=(TenantRecord(1, "acme", Limit(40, 1), True),)),
+        [Arrival(0.0, 1, 1, 100, ttl_s=5.0)],
+    )
+    assert faster.tenant("acme").expired == 0
+
+
+def test_the_memory_queue_expires_at_the_claim_what_is_past_its_deadline() -> None:
+    async def run() -> None:
+        ledger = PlanLedger()
+        queue = MemoryQueue(ledger, max_attempts=5)
+        queue.add(1, 1, 3, now=0.0, ttl_s=2.0)
+        queue.add(1, 1, 2, now=1.0)
+        leased = await queue.claim(1, 1, 4, owner="w", lease_s=30, now=2.5)
+        assert len(leased) == 1 and leased[0].expires_at is None  # three expired, one leased
+        assert ledger.tenant(1).expired == 3
+        later = await queue.claim(1, 1, 4, owner="w", lease_s=30, now=2.5)
+        assert len(later) == 1
+
+    asyncio.run(run())

@@ -79,6 +79,20 @@ async def test_a_push_goes_over_http2_with_the_headers_apple_asks_for(tmp_path: 
     assert len(apple.bearers) == 1 and provider.tokens_made == 1  # one JWT for both
 
 
+async def test_a_deadline_is_the_apns_expiration(tmp_path: Path) -> None:
+    apple = Apple()
+    async with serving(apple, tmp_path) as (url, ca):
+        provider = _provider(url, ca)
+        try:
+            sent = _message()
+            sent.expires_at, sent.ttl_s = 1_800_000_000.7, 60.0
+            assert (await provider.send(sent)).outcome is Outcome.DELIVERED
+        finally:
+            await provider.aclose()
+    [one] = apple.seen
+    assert one["headers"]["apns-expiration"] == "1800000000"
+
+
 @pytest.mark.parametrize(
     ("answer", "outcome", "fault"),
     [

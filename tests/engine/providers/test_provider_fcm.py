@@ -76,6 +76,24 @@ async def test_sends_with_a_token_it_reuses_and_refreshes_when_it_expires() -> N
     assert sent[1] == {"token": DEVICE, "data": {"order": "42"}}
 
 
+async def test_a_deadline_reaches_android_and_apple_devices_and_none_without() -> None:
+    google = Google()
+    async with ScriptedServer({"/token": [google.token], SEND: [fcm_send(google)]}) as server:
+        google.audience = server.url("/token")
+        provider = _provider(server)
+        try:
+            with_deadline = _message()
+            with_deadline.expires_at, with_deadline.ttl_s = 1_800_000_000.5, 42.9
+            assert (await provider.send(with_deadline)).outcome is Outcome.DELIVERED
+            assert (await provider.send(_message())).outcome is Outcome.DELIVERED
+        finally:
+            await provider.aclose()
+    first, second = (r.json()["message"] for r in server.seen(SEND))
+    assert first["android"] == {"ttl": "42s"}
+    assert first["apns"] == {"headers": {"apns-expiration": "1800000000"}}
+    assert "android" not in second and "apns" not in second
+
+
 async def test_a_401_fetches_a_new_token_and_sends_once_more() -> None:
     google = Google()
     rejected = {"n": 0}

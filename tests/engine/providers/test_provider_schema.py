@@ -101,7 +101,7 @@ def test_every_declared_option_is_checked_as_declared(
     with pytest.raises(ConfigError, match=rf"^provider 'p': option '{spec.name}' must be"):
         build(kind, tmp_path, **{spec.name: bad})
     if spec.type in ("number", "integer", "rate") and math.isfinite(spec.high):
-        above = f"{spec.high + 1:g}" if spec.type != "integer" else str(int(spec.high) + 1)
+        above = f"{spec.high + 1:.15g}" if spec.type != "integer" else str(int(spec.high) + 1)
         with pytest.raises(ConfigError, match=rf"option '{spec.name}' must be"):
             build(kind, tmp_path, **{spec.name: above})
     if spec.default is not None:  # the default itself is accepted

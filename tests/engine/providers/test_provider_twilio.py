@@ -49,6 +49,20 @@ async def test_a_sent_message_reaches_twilio_as_documented() -> None:
     assert form == {"To": "+15551234567", "Body": "hello", "From": "+15550001111"}
 
 
+async def test_a_deadline_is_sent_as_the_validity_period_within_twilios_bounds() -> None:
+    async with ScriptedServer({PATH: [twilio]}) as server:
+        provider = BUILTIN_KINDS["twilio"](_config(server))
+        try:
+            for ttl_s in (90.7, 0.2, 86_400.0):
+                sent = _message()
+                sent.expires_at, sent.ttl_s = 1_800_000_000.0, ttl_s
+                assert (await provider.send(sent)).outcome is Outcome.DELIVERED
+        finally:
+            await provider.aclose()
+    periods = [parse_qs(r.body.decode())["ValidityPeriod"] for r in server.seen(PATH)]
+    assert periods == [["90"], ["1"], ["36000"]]
+
+
 @pytest.mark.parametrize(
     ("reply", "outcome", "fault"),
     [
@@ -61,6 +75,7 @@ async def test_a_sent_message_reaches_twilio_as_documented() -> None:
         ),
         (error(400, 21614, "not a mobile number"), Outcome.PERMANENT, False),
         (error(400, 21610, "Attempt to send to unsubscribed recipient"), Outcome.PERMANENT, False),
+        (error(400, 30036, "Validity Period Expired"), Outcome.EXPIRED, False),
         (error(401, 20003, "Authenticate"), Outcome.UNAVAILABLE, True),
         (error(503, 20500, "Internal Server Error"), Outcome.TRANSIENT, True),
         (error(400, 21602, "Message body is required."), Outcome.PERMANENT, False),

@@ -102,6 +102,16 @@ async def test_2xx_is_delivered_with_body_and_headers(
     assert request.headers["authorization"] == "Bearer t"
     assert "omnipost-signature" not in request.headers
     assert (await send(server, client, "/accepted")).outcome is Outcome.DELIVERED
+    assert "omnipost-expires-at" not in request.headers  # no deadline: no header
+
+
+async def test_a_deadline_is_a_header(server: ScriptedServer, client: httpx.AsyncClient) -> None:
+    hook = provider(server, client, "/ok")
+    sent = message(9, {"text": "hi"}, recipient=RECIPIENT)
+    sent.expires_at, sent.ttl_s = 1_800_000_000.25, 30.0
+    assert (await hook.send(sent)).outcome is Outcome.DELIVERED
+    [request] = server.requests
+    assert request.headers["omnipost-expires-at"] == "2027-01-15T08:00:00.250Z"
 
 
 async def test_the_receiver_verifies_the_signature(

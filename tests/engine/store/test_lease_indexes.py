@@ -2,7 +2,7 @@
 
 Those indexes hold leased rows only, so that an enqueue and an acknowledgement write no entry
 in them. A query reaches a partial index only when its text implies the index's predicate:
-``state = 'leased'`` as a literal (``queue.LEASED_ONLY``); with the state as a parameter, a
+``state = 'leased'`` as a literal (``leases.LEASED_ONLY``); with the state as a parameter, a
 Postgres prepared statement's generic plan would read the whole table instead (SQLite
 prepares again with the bound values, so it finds the index either way). Checked on SQLite
 (``EXPLAIN QUERY PLAN``) and on Postgres (both plans a prepared statement may use), on a
@@ -23,7 +23,7 @@ from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
 
 from engine import SecretBox
 from engine.store import Completion, Leased, Store
-from engine.store.queue import reap_statement, renew_statement
+from engine.store.leases import reap_statement, renew_statement
 from testkit.support import delivered_at, new_notification
 
 T0 = 1_700_000_000.0

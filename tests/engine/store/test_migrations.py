@@ -92,6 +92,8 @@ async def test_migrated_schema_matches_the_metadata(store_url: str, box: SecretB
         "ix_notifications_leased_expiry",
         "ix_notifications_leased_owner",
         "ix_notifications_queued_due",
+        "ix_notifications_scheduled_due",
+        "ix_notifications_waiting_expiry",
     ]
 
 

@@ -194,7 +194,7 @@ async def test_the_suppression_list_is_probed_once_a_row(
             digests = box.digest_columns(recipients)
             sql = pg_hot.enqueue_sql(len(digests), same=True, made_up=made_up)
             args: tuple[Any, ...] = (tenant, provider, box.encrypt_many(recipients), ["{}"] * 40)
-            args += ([f"k{n}" for n in range(40)], 0, 5, T0, "queued", T0, "c", "o", "gone")
+            args += ([f"k{n}" for n in range(40)], 0, 5, T0, "queued", T0, "c", "o", None, "gone")
             text = await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", *args, *digests)
             [plan] = json.loads(text)
         finally:
