@@ -18,6 +18,7 @@ from tabulate import tabulate
 from reporting import sections
 from reporting.api import api as api_section
 from reporting.console import console as console_section
+from reporting.lifetimes import lifetimes as lifetimes_section
 from reporting.providers import providers as providers_section
 from reporting.sections import Data
 from reporting.startup import startup as startup_section
@@ -70,6 +71,7 @@ def render(
         console=section("console", console_section),
         tenants=section("tenants", tenants_section),
         workers=section("workers", workers_section),
+        lifetimes=section("lifetimes", lifetimes_section),
         startup=section("startup", startup_section),
         api=section("http_api", api_section),
         providers=section("providers", providers_section),

@@ -136,6 +136,16 @@ class Dispatcher:
                 book.add(key, n)
         self._wake.set()
 
+    def due_later(self, keys_at: Mapping[Pair, float]) -> None:
+        """Rows of these keys were queued that fall due at the wall times given (scheduled
+        rows queued ahead of their send time): each key waits in the book until then."""
+        book, shares, enabled = self._book, self.shares, self._dir.enabled
+        for key, at in keys_at.items():
+            if enabled(key[0]) and (shares.alone or shares.mine(key[0]) or key in book.due):
+                book.later(key, at)
+        if keys_at:
+            self._wake.set()
+
     def share_out(self, beats: Sequence[tuple[str, float]], ttl_s: float) -> None:
         """The running workers and their last heartbeats (wall s), from the store: this one
         serves its share of the tenants (``engine/dispatch/share.py``) among those whose

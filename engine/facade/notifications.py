@@ -161,20 +161,25 @@ class NotificationsPart(EngineParts):
         return of_provider
 
     async def sweep_lifetimes(self) -> None:
-        """Queue the scheduled notifications that fell due, then expire the unclaimed ones
+        """Queue the scheduled notifications that fall due within ``sweep_ahead_s`` (each
+        claimable from its send time on: queued ahead, rows due together are in every
+        worker's book when their second comes, not a promotion's length later), then expire
+        the unclaimed ones
         past their deadline, a part at a time (the loop turns between parts), at most
         ``_SWEEP_PARTS`` parts of each per call; the keys queued are counted into this
         dispatcher's book (other processes hear it through the store's notification). Then
         note when the next sweep has work (``_sweep_at``)."""
+        ahead_s = self.settings.sweep_ahead_s
         for _part in range(_SWEEP_PARTS):
-            queued, expired = await self.store.lifetimes.promote(self.clock.wall())
-            promoted = sum(queued.values())
-            if promoted:
-                self.telemetry.count("promoted", promoted)
-                self.dispatcher.enqueued(queued)
-            if expired:
-                self.telemetry.count("expired", expired)
-            if promoted + expired < SWEEP_PART:
+            promoted = await self.store.lifetimes.promote(self.clock.wall(), ahead_s=ahead_s)
+            moved = promoted.total - promoted.expired
+            if moved:
+                self.telemetry.count("promoted", moved)
+                self.dispatcher.enqueued(promoted.due)
+                self.dispatcher.due_later(promoted.later)
+            if promoted.expired:
+                self.telemetry.count("expired", promoted.expired)
+            if promoted.total < SWEEP_PART:
                 break
             await asyncio.sleep(0)
         for _part in range(_SWEEP_PARTS):
@@ -184,19 +189,26 @@ class NotificationsPart(EngineParts):
             if expired < SWEEP_PART:
                 break
             await asyncio.sleep(0)
-        now = self.clock.wall()
-        soonest = await self.store.lifetimes.next_deadline()
-        again = now + self.settings.sweep_recheck_s
-        self._sweep_at = again if soonest is None or soonest > again else soonest
+        due, deadline = await self.store.lifetimes.next_times()
+        soonest = [self.clock.wall() + self.settings.sweep_recheck_s]
+        if due is not None:
+            soonest.append(due - ahead_s)  # queued that far ahead
+        if deadline is not None:
+            soonest.append(deadline)
+        self._sweep_at = min(soonest)
 
     async def _sweep_loop(self) -> None:
-        """``sweep_lifetimes`` whenever one has work: every ``sweep_s`` on the engine's clock
-        it checks the time against ``_sweep_at`` (lowered by this engine's enqueues with a
+        """``sweep_lifetimes`` whenever one has work: at ``_sweep_at`` when that is known to
+        come within ``sweep_s``, else every ``sweep_s`` on the engine's clock it checks the time
+        against ``_sweep_at`` (lowered by this engine's enqueues with a
         time and by other processes' notifications; read again at least every
         ``sweep_recheck_s``, for rows written by a process that tells nobody: a command on
         SQLite). A store hiccup is logged, not fatal."""
         while True:
-            await self.clock.sleep(self.settings.sweep_s)
+            # Until the next known time, if it comes sooner than the next check.
+            until_s = self._sweep_at - self.clock.wall()
+            sweep_s = self.settings.sweep_s
+            await self.clock.sleep(sweep_s if until_s >= sweep_s else max(0.05, until_s))
             if self.clock.wall() < self._sweep_at:
                 continue
             try:
@@ -206,8 +218,17 @@ class NotificationsPart(EngineParts):
 
     def _lifetimes_changed(self, times: Sequence[Lifetime]) -> None:
         """Rows with a send time or a deadline were enqueued here: the sweep looks at them by
-        the soonest."""
-        soonest = min((at for pair in times for at in pair if at is not None), default=None)
+        the soonest (a send time less ``sweep_ahead_s``, when they are queued)."""
+        ahead_s = self.settings.sweep_ahead_s
+        soonest = min(
+            (
+                at - ahead_s if i == 0 else at
+                for pair in times
+                for i, at in enumerate(pair)
+                if at is not None
+            ),
+            default=None,
+        )
         if soonest is not None and soonest < self._sweep_at:
             self._sweep_at = soonest
 

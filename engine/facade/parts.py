@@ -50,6 +50,7 @@ class EngineSettings:
     # unclaimed rows past their deadline expired, and how far ahead a send time may lie.
     sweep_s: float = 0.5
     sweep_recheck_s: float = 2.0  # the store's soonest time read again at least this often
+    sweep_ahead_s: float = 2.0  # scheduled rows queued this long before their send time
     most_ahead_s: float = 35 * 86400.0
 
 

@@ -97,8 +97,8 @@ async def test_a_scheduled_notification_is_cancelled_and_a_claim_never_sees_it(
     cancelled = await engine.cancel("acme", result.id)
     assert cancelled.state is CANCELLED
     clock.advance(10)
-    queued, expired = await engine.store.lifetimes.promote(clock.wall())
-    assert (queued, expired) == ({}, 0)  # a cancelled row is never promoted
+    promoted = await engine.store.lifetimes.promote(clock.wall())
+    assert promoted.total == 0  # a cancelled row is never promoted
     await engine.start()
     await clock.sleep(10)  # many rounds and sweeps
     assert script.calls == []
@@ -111,10 +111,10 @@ async def test_a_cancel_that_loses_to_the_claim_of_a_promoted_row_says_so(
     await _acme(engine)
     result = await engine.enqueue("acme", "p", "a@example.com", send_at=clock.wall() + 5)
     clock.advance(5)
-    queued, _ = await engine.store.lifetimes.promote(clock.wall())
+    promoted = await engine.store.lifetimes.promote(clock.wall())
     tenant_id, provider_id = engine.directory.tenant_id("acme"), engine.directory.provider_id("p")
     assert tenant_id is not None and provider_id is not None
-    assert queued == {(tenant_id, provider_id): 1}
+    assert promoted.due == {(tenant_id, provider_id): 1}
     leased = await engine.store.queue.claim(
         tenant_id, provider_id, 5, owner="w", lease_s=30, now=clock.wall()
     )
@@ -331,3 +331,52 @@ async def test_scheduled_rows_stay_out_of_the_dispatchers_book(
     assert engine.dispatcher._book.due == {}
     assert engine.telemetry.totals().claims == 0
     assert script.calls == []
+
+
+async def test_rows_due_soon_are_queued_ahead_but_claimed_only_from_their_time(
+    engines: VirtualEngines, clock: FakeClock
+) -> None:
+    engine = await engines.open()
+    await _acme(engine)
+    at = clock.wall() + 3
+    result = await engine.enqueue("acme", "p", "a@example.com", send_at=at)
+    far = await engine.enqueue("acme", "p", "b@example.com", send_at=at + 60)
+    promoted = await engine.store.lifetimes.promote(clock.wall(), ahead_s=5)
+    tenant_id, provider_id = engine.directory.tenant_id("acme"), engine.directory.provider_id("p")
+    assert tenant_id is not None and provider_id is not None
+    assert (promoted.due, promoted.later, promoted.ahead) == ({}, {(tenant_id, provider_id): at}, 1)
+    assert await _state(engine, result.id) is QUEUED
+    assert await _state(engine, far.id) is SCHEDULED
+    early = await engine.store.queue.claim(
+        tenant_id, provider_id, 5, owner="w", lease_s=30, now=clock.wall()
+    )
+    assert early == []  # queued, not yet claimable
+    clock.advance(3)
+    on_time = await engine.store.queue.claim(
+        tenant_id, provider_id, 5, owner="w", lease_s=30, now=clock.wall()
+    )
+    assert [item.id for item in on_time] == [result.id]
+
+
+async def test_a_deadline_soon_does_not_make_the_sweep_spin(
+    engines: VirtualEngines, clock: FakeClock
+) -> None:
+    """A queued row whose deadline is near: the sweep waits for it, it is not run over and
+    over meanwhile (as when scheduled rows' lead was taken off deadlines too)."""
+    engine = await engines.open()
+    await _acme(engine)
+    await engine.update_tenant("acme", enabled=False)
+    row = await engine.enqueue("acme", "p", "a@example.com", ttl_s=1.5)
+    calls = 0
+    sweep = engine.store.lifetimes.expire
+
+    async def counted(now: float, *, limit: int = 5000) -> int:
+        nonlocal calls
+        calls += 1
+        return await sweep(now, limit=limit)
+
+    engine.store.lifetimes.expire = counted  # type: ignore[method-assign]
+    await engine.start()
+    await clock.sleep(5)
+    assert await _state(engine, row.id) is EXPIRED
+    assert calls <= 12  # about one sweep per half second, not one per wake-up
