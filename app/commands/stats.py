@@ -77,6 +77,8 @@ class _Stats:
                 "dead": q.dead,
                 "cancelled": q.cancelled,
                 "suppressed": q.suppressed,
+                "scheduled": q.scheduled,
+                "expired": q.expired,
                 "tenants_queued": q.tenants_queued,
             }
         depth = self.snap.depth
@@ -87,6 +89,8 @@ class _Stats:
             "dead": sum(d.dead for d in depth),
             "cancelled": sum(d.cancelled for d in depth),
             "suppressed": sum(d.suppressed for d in depth),
+            "scheduled": sum(d.scheduled for d in depth),
+            "expired": sum(d.expired for d in depth),
             "tenants_queued": sum(1 for d in depth if d.queued),
         }
 
@@ -171,22 +175,26 @@ def _print_text(found: _Stats, store: str) -> None:
         [
             "TENANT",
             "QUEUED",
+            "SCHEDULED",
             "IN FLIGHT",
             "DELIVERED",
             "DEAD",
             "CANCELLED",
             "SUPPRESSED",
+            "EXPIRED",
             "OLDEST QUEUED",
         ],
         [
             (
                 d.tenant,
                 d.queued,
+                d.scheduled,
                 d.leased,
                 d.delivered,
                 d.dead,
                 d.cancelled,
                 d.suppressed,
+                d.expired,
                 "-" if d.oldest_queued_age_s is None else f"{d.oldest_queued_age_s:.1f}s",
             )
             for d in found.snap.depth
@@ -196,7 +204,7 @@ def _print_text(found: _Stats, store: str) -> None:
     print(
         f"all {found.tenant_count} tenants: queued {q['queued']}, in flight {q['leased']},"
         f" delivered {q['delivered']}, dead {q['dead']}, cancelled {q['cancelled']},"
-        f" suppressed {q['suppressed']};"
+        f" suppressed {q['suppressed']}, scheduled {q['scheduled']}, expired {q['expired']};"
         f" {q['tenants_queued']} with queued work"
     )
     if not (found.every or found.named):

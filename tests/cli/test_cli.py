@@ -323,7 +323,10 @@ def test_stats_text_and_json(cli: Cli) -> None:
     assert stats["workers"] == []
     text = cli.ok("stats")
     assert re.search(r"^sim +closed +0 +-$", text, re.MULTILINE), text
-    header = "TENANT  QUEUED  IN FLIGHT  DELIVERED  DEAD  CANCELLED  SUPPRESSED  OLDEST QUEUED"
+    header = (
+        "TENANT  QUEUED  SCHEDULED  IN FLIGHT  DELIVERED  DEAD  CANCELLED  SUPPRESSED  EXPIRED"
+        "  OLDEST QUEUED"
+    )
     assert header in text
     assert "live workers: 0" in text
     assert "+15551234567" not in text
@@ -418,6 +421,8 @@ def test_stats_at_many_tenants_lists_the_deepest_and_the_totals(cli: Cli, tmp_pa
         "dead": 0,
         "cancelled": 0,
         "suppressed": 0,
+        "scheduled": 0,
+        "expired": 0,
         "tenants_queued": 24,
     }
     assert stats["tenants"] == {"total": 25, "all_read": False}
@@ -427,7 +432,7 @@ def test_stats_at_many_tenants_lists_the_deepest_and_the_totals(cli: Cli, tmp_pa
     text = cli.ok("stats")
     assert (
         "all 25 tenants: queued 300, in flight 0, delivered 0, dead 0, cancelled 0,"
-        " suppressed 0; 24 with queued work" in text
+        " suppressed 0, scheduled 0, expired 0; 24 with queued work" in text
     )
     assert "listed: the 20 with the most queued (--all lists every tenant" in text
     assert re.search(r"^t05 +5 ", text, re.MULTILINE) and not re.search(r"^t04 ", text, re.M)

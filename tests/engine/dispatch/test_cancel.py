@@ -366,8 +366,11 @@ def test_the_cancel_command(cli: Cli) -> None:
     }
     assert stats["queue"]["cancelled"] == 3
     text = cli.ok("stats")
-    header = "TENANT  QUEUED  IN FLIGHT  DELIVERED  DEAD  CANCELLED  SUPPRESSED  OLDEST QUEUED"
+    header = (
+        "TENANT  QUEUED  SCHEDULED  IN FLIGHT  DELIVERED  DEAD  CANCELLED  SUPPRESSED  EXPIRED"
+        "  OLDEST QUEUED"
+    )
     assert header in text
-    assert re.search(r"^acme +0 +0 +1 +0 +3 +0 +-$", text, re.MULTILINE), text
-    assert "dead 0, cancelled 3, suppressed 0;" in text
+    assert re.search(r"^acme +0 +0 +0 +1 +0 +3 +0 +0 +-$", text, re.MULTILINE), text
+    assert "dead 0, cancelled 3, suppressed 0, scheduled 0, expired 0;" in text
     assert cli.json("prune", "--dry-run")["cancelled"] == 0  # all cancelled just now
