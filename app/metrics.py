@@ -97,6 +97,7 @@ def families(snap: Snapshot, now: float) -> list[Metric]:
     return [
         *_outcomes(snap),
         *_queue(snap),
+        *_lateness(snap),
         *_buckets(snap),
         *_histograms(snap),
         *_health(snap),
@@ -163,6 +164,21 @@ def _outcomes(snap: Snapshot) -> Iterator[Metric]:
         value=snap.totals.promoted,
     )
     yield from (takeovers, reaped, stale, suppressed, gone, expired, promoted)
+
+
+def _lateness(snap: Snapshot) -> Iterator[Metric]:
+    """How late scheduled notifications' first sends were, once there were some."""
+    if snap.lateness_p50_s is None or snap.lateness_p99_s is None:
+        return
+    late = GaugeMetricFamily(
+        "omnipost_scheduled_lateness_seconds",
+        "How much later than their send time scheduled notifications were first sent, over the "
+        "last ones this worker sent (p50 and p99).",
+        labels=["quantile"],
+    )
+    late.add_metric(["0.5"], snap.lateness_p50_s)
+    late.add_metric(["0.99"], snap.lateness_p99_s)
+    yield late
 
 
 def _queue(snap: Snapshot) -> Iterator[Metric]:

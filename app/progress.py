@@ -32,6 +32,12 @@ def summary_line(snap: Snapshot, elapsed_s: float, rate_per_s: float | None = No
         f"queued {queued} in-flight {leased} throttled {totals.throttled} "
         f"retried {totals.failed} dead {totals.dead} p95 {p95}"
         + (f" held {totals.held} (provider unavailable)" if totals.held else "")
+        + (f" expired {totals.expired}" if totals.expired else "")
+        + (
+            f" late p99 {snap.lateness_p99_s * 1000:.0f}ms"
+            if snap.lateness_p99_s is not None
+            else ""
+        )
         + (f" | {buckets}" if snap.buckets else "")
     )
 

@@ -290,7 +290,7 @@ class MemoryQueue:
             leased.append(
                 Leased(  # by position: id, tenant_id, provider_id, recipient, payload,
                     row_id,  # idempotency_key, attempt, failures, max_attempts, enqueued_at,
-                    tenant_id,  # owner, lease_expires_at, expires_at
+                    tenant_id,  # owner, lease_expires_at, expires_at, due_at
                     provider_id,
                     "",
                     {},
@@ -302,6 +302,7 @@ class MemoryQueue:
                     owner,
                     expires_at,
                     row.expires_at,
+                    row.available_at,
                 )
             )
         self._queued[key] -= len(leased)

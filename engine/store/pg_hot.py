@@ -72,7 +72,7 @@ SET state = CASE WHEN expires_at <= $3::float8 THEN '{_EXPIRED}' ELSE $8::text E
     attempt = attempt + 1
 WHERE id IN (SELECT id FROM picked)
 RETURNING id, recipient, payload, idempotency_key, attempt, failures, max_attempts, enqueued_at,
-    expires_at
+    expires_at, available_at
 """
 
 # ``CLAIM_SQL`` for many keys in one statement: each (tenant, provider, n) picks its rows in a
@@ -97,7 +97,7 @@ SET state = CASE WHEN expires_at <= $4::float8 THEN '{_EXPIRED}' ELSE $8::text E
     attempt = attempt + 1
 WHERE id IN (SELECT id FROM picked)
 RETURNING id, recipient, payload, idempotency_key, attempt, failures, max_attempts, enqueued_at,
-    expires_at, tenant_id, provider_id
+    expires_at, available_at, tenant_id, provider_id
 """
 
 # The fence on owner and state is written ``IS NOT DISTINCT FROM`` (the same test here: neither
@@ -304,8 +304,8 @@ async def claim(
 ) -> list[Any]:
     """Lease up to ``n`` due rows of one key to ``owner`` until ``expires``; returns the leased
     rows, and those that expired instead (id, recipient, payload, idempotency_key, attempt,
-    failures, max_attempts, enqueued_at, expires_at). ``conn``: an asyncpg connection outside
-    any transaction."""
+    failures, max_attempts, enqueued_at, expires_at, available_at). ``conn``: an asyncpg
+    connection outside any transaction."""
     args = (tenant_id, provider_id, now, n, owner, expires, _QUEUED, _LEASED)
     return list(await conn.fetch(CLAIM_SQL, *args))
 
@@ -319,7 +319,7 @@ async def claim_many(
     rows = await conn.fetch(CLAIM_MANY_SQL, *columns, now, owner, expires, _QUEUED, _LEASED)
     by_key: dict[tuple[int, int], list[Any]] = {}
     for row in rows:
-        by_key.setdefault((row[9], row[10]), []).append(row[:9])
+        by_key.setdefault((row[10], row[11]), []).append(row[:10])
     return [by_key.get((a[0], a[1]), []) for a in asks]
 
 

@@ -186,6 +186,7 @@ class QueueRepo(QueueRepairs):
                     owner,
                     expires,
                     deadline,
+                    due_at,
                 )
                 for (
                     i,
@@ -197,6 +198,7 @@ class QueueRepo(QueueRepairs):
                     max_attempts,
                     enqueued_at,
                     deadline,
+                    due_at,
                 ) in rows
             ]
         except SecretUnreadable:
@@ -365,7 +367,7 @@ def _results(
 
 def _unread(row: Any, tenant_id: int, provider_id: int, owner: str) -> Leased:
     """A claimed row as a lease to give back, its recipient left sealed (not needed)."""
-    i, _, _, key, attempt, failures, max_attempts, enqueued_at, expires_at = row
+    i, _, _, key, attempt, failures, max_attempts, enqueued_at, expires_at, due_at = row
     return Leased(
         i,
         tenant_id,
@@ -380,4 +382,5 @@ def _unread(row: Any, tenant_id: int, provider_id: int, owner: str) -> Leased:
         owner,
         0.0,
         expires_at,
+        due_at,
     )

@@ -170,6 +170,9 @@ class Leased:
     owner: str
     lease_expires_at: float
     expires_at: float | None = None  # its deadline (unix s): never sent after it
+    # When it was due, as claimed (its ``available_at``): for a scheduled notification's first
+    # attempt, its send time, from which its lateness is counted.
+    due_at: float | None = None
 
     def message(self, tenant: str, provider: str, now: float) -> Message:
         """What the provider is given to send at ``now`` (wall s): with a deadline, what is

@@ -60,7 +60,7 @@ CLAIM_SQL = (
     " WHERE state = :queued AND tenant_id = :tenant AND provider_id = :provider"
     " AND available_at <= :now ORDER BY priority DESC, id LIMIT :n)"
     " RETURNING id, recipient, payload, idempotency_key, attempt, failures, max_attempts,"
-    " enqueued_at, expires_at"
+    " enqueued_at, expires_at, available_at"
 )
 
 LOG_SQL = (
@@ -193,7 +193,7 @@ def claim(
 ) -> list[tuple[Any, ...]]:
     """Lease up to ``n`` due rows of one key to ``owner`` until ``expires``; returns the leased
     rows, and those that expired instead (id, recipient, payload, idempotency_key, attempt,
-    failures, max_attempts, enqueued_at, expires_at)."""
+    failures, max_attempts, enqueued_at, expires_at, available_at)."""
     args = {
         "leased": _LEASED,
         "owner": owner,

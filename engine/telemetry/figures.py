@@ -37,6 +37,8 @@ ACTIVITY_PAIRS = 2048  # pairs the activity record keeps (each read is bounded b
 # to an hour: a backlog drained at its rate takes minutes).
 SEND_BOUNDS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 DELIVERY_BOUNDS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+# A row due this much later than its enqueue was scheduled (an enqueue's own time is its due).
+_SCHEDULED_AFTER_S = 0.001
 _OUTCOME_COUNTERS = ("delivered", "throttled", "failed", "dead", "held", "expired")
 
 
@@ -137,6 +139,10 @@ class Snapshot:
     queue: QueueTotals | None = None
     deepest: tuple[TenantDepth, ...] = ()
     loop_stall_max_s: float = 0.0  # the longest the loop was late since the engine was made
+    # Scheduled notifications' first sends, later than their send time (the last
+    # ``latency_window`` of them): p50 and p99 in seconds; None before any.
+    lateness_p50_s: float | None = None
+    lateness_p99_s: float | None = None
 
 
 def percentile(sorted_values: list[float], q: float) -> float | None:
@@ -181,6 +187,7 @@ class Telemetry:
         self._totals: dict[str, int] = dict.fromkeys(Counters.__slots__, 0)
         self._per_second: deque[tuple[int, dict[Outcome, int]]] = deque(maxlen=_RATE_SPAN_S + 2)
         self._latencies: deque[float] = deque(maxlen=latency_window)
+        self._lateness: deque[float] = deque(maxlen=latency_window)
         self._pairs: dict[tuple[str, str], dict[str, int]] = {}
         # ``pair_counts``' answer, kept: the pairs that changed since are made again, only.
         self._pair_counts: dict[tuple[str, str], PairCounts] = {}
@@ -238,6 +245,15 @@ class Telemetry:
             tenant.name if tenant is not None else str(leased.tenant_id),
             provider.name if provider is not None else str(leased.provider_id),
         )
+        # A scheduled notification's first send (due later than it was enqueued): how late.
+        due_at, send_s = leased.due_at, completion.send_s
+        if (
+            send_s is not None
+            and due_at is not None
+            and leased.attempt == 1
+            and due_at > leased.enqueued_at + _SCHEDULED_AFTER_S
+        ):
+            self._lateness.append(max(0.0, completion.ts - send_s - due_at))
         state = completion.state
         dead = state is NotificationState.DEAD
         expired = state is NotificationState.EXPIRED
@@ -289,6 +305,11 @@ class Telemetry:
             for o in outcomes
         )
         return total / _RATE_SPAN_S
+
+    def lateness_percentiles(self) -> tuple[float | None, float | None]:
+        """p50 and p99 of how late scheduled notifications' first sends were."""
+        values = sorted(self._lateness)
+        return percentile(values, 50), percentile(values, 99)
 
     def latency_percentiles(self) -> tuple[float | None, float | None, float | None]:
         values = sorted(self._latencies)
@@ -370,6 +391,7 @@ def build_snapshot(
     rest as given. Reads nothing else. Without ``queue`` (a snapshot of every tenant) the
     totals are summed from the depth rows."""
     p50, p95, p99 = telemetry.latency_percentiles()
+    late_p50, late_p99 = telemetry.lateness_percentiles()
     depth = tenant_depths(depth_rows, tenant_names, now)
     return Snapshot(
         ts=now,
@@ -389,6 +411,8 @@ def build_snapshot(
         latency_p99_s=p99,
         loop_lag_s=telemetry.loop_lag_s,
         loop_stall_max_s=telemetry.loop_stall_max_s,
+        lateness_p50_s=late_p50,
+        lateness_p99_s=late_p99,
         workers=tuple(workers),
         failure=failure,
         health=tuple(health),

@@ -125,11 +125,15 @@ class Dashboard(QWidget):
             "expired": Stat(
                 "expired", "Notifications whose deadline passed before they were sent."
             ),
+            "late": Stat(
+                "late p99",
+                "How much later than their send time scheduled notifications first went (p99).",
+            ),
         }
         strip = QHBoxLayout()
         for stat in self.stats.values():
             strip.addWidget(stat)
-        for rare in ("scheduled", "expired"):
+        for rare in ("scheduled", "expired", "late"):
             self.stats[rare].hide()
         self.live_button = QPushButton("Pause live view")
         self.live_button.setCheckable(True)
@@ -259,6 +263,9 @@ class Dashboard(QWidget):
         self.stats["scheduled"].setVisible(totals.scheduled > 0)
         self.stats["expired"].set(fmt_count(totals.expired), totals.expired > 0, "#c98a12")
         self.stats["expired"].setVisible(totals.expired > 0)
+        late = snap.lateness_p99_s
+        self.stats["late"].set(fmt_latency(late), late is not None and late > 1.0, "#c98a12")
+        self.stats["late"].setVisible(late is not None)
 
     def _colour(self, name: str) -> QColor:
         """A colour per series, stable for the session; each family (fill, queued) cycles

@@ -380,3 +380,23 @@ async def test_a_deadline_soon_does_not_make_the_sweep_spin(
     await clock.sleep(5)
     assert await _state(engine, row.id) is EXPIRED
     assert calls <= 12  # about one sweep per half second, not one per wake-up
+
+
+async def test_how_late_scheduled_sends_were_is_in_the_snapshot(
+    engines: VirtualEngines, script: Script, clock: FakeClock
+) -> None:
+    engine = await engines.open()
+    await _acme(engine)
+    await engine.update_tenant("acme", limit=Limit(2, 1))
+    at = clock.wall() + 10
+    items = [EnqueueItem("p", f"u{i}@example.com", {}, send_at=at) for i in range(4)]
+    await engine.enqueue_many("acme", items)
+    await engine.enqueue("acme", "p", "now@example.com")  # not scheduled: not counted
+    await engine.start()
+    await until(clock, lambda: len(script.calls) == 5, within_s=30, what="every send")
+    await engines.until_empty(engine)
+    snap = await engine.snapshot()
+    assert snap.lateness_p50_s is not None and snap.lateness_p99_s is not None
+    # The bucket (2/s, burst 1) lets one go at once, then one each half second.
+    assert snap.lateness_p50_s <= 1.0
+    assert 1.0 <= snap.lateness_p99_s <= 2.0
