@@ -400,3 +400,20 @@ async def test_how_late_scheduled_sends_were_is_in_the_snapshot(
     # The bucket (2/s, burst 1) lets one go at once, then one each half second.
     assert snap.lateness_p50_s <= 1.0
     assert 1.0 <= snap.lateness_p99_s <= 2.0
+
+
+async def test_the_scheduled_notifications_of_every_tenant_are_listed_soonest_first(
+    engines: VirtualEngines, clock: FakeClock
+) -> None:
+    engine = await engines.open()
+    await _acme(engine)
+    await engine.add_tenant("beta")
+    later = await engine.enqueue("acme", "p", "a@example.com", send_at=clock.wall() + 60)
+    sooner = await engine.enqueue("beta", "p", "b@example.com", send_at=clock.wall() + 30)
+    await engine.enqueue("acme", "p", "now@example.com")
+    listed = await engine.newest_notifications(SCHEDULED, limit=10)
+    assert {v.id for v in listed} == {later.id, sooner.id}
+    assert all(v.state is SCHEDULED for v in listed)
+    assert {v.recipient_masked for v in listed}.isdisjoint({"a@example.com", "b@example.com"})
+    everything = await engine.newest_notifications(None, limit=10)
+    assert {later.id, sooner.id} <= {v.id for v in everything}
