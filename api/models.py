@@ -3,7 +3,7 @@ field is a 422 naming it) and describe both directions in the OpenAPI document."
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -17,7 +17,7 @@ from pydantic import (
     TypeAdapter,
 )
 
-from engine import MAX_KEY_CHARS, NotificationView, is_text
+from engine import MAX_KEY_CHARS, NotificationView, is_text, rfc3339
 
 __all__ = [
     "MAX_BATCH",
@@ -194,9 +194,7 @@ class Notification(BaseModel):
 
 def utc_text(at: float | None) -> str | None:
     """Unix seconds as RFC 3339 in UTC (``2026-12-07T08:00:00Z``); None stays None."""
-    if at is None:
-        return None
-    return datetime.fromtimestamp(at, UTC).isoformat().replace("+00:00", "Z")
+    return None if at is None else rfc3339(at)
 
 
 class NotificationPage(BaseModel):

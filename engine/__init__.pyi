@@ -46,6 +46,7 @@ from .core.present import (
     MASKED_VALUE,
     fmt_limit,
     masked_secrets,
+    rfc3339,
 )
 from .core.retention import (
     DEFAULT_RETENTION,
@@ -264,6 +265,7 @@ __all__ = [
     "rate_text",
     "read_tenant_file",
     "read_text_lines",
+    "rfc3339",
     "tenant_line",
     "worst_window",
 ]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from app.as_json import dead_json
@@ -14,18 +13,11 @@ from app.commands.base import open_engine
 from app.commands.jsonlines import check_priority, parse_payload, read_batch
 from app.output import print_json, print_table
 from app.session import Context
-from engine import ConfigError, Engine, ItemRefused, NotCancellable, NotFound, lifetimes
+from engine import ConfigError, Engine, ItemRefused, NotCancellable, NotFound, lifetimes, rfc3339
 
 __all__ = ["cancel", "dead_list", "dead_repair", "enqueue", "enqueue_file"]
 
 EXIT_NOT_ALL = 1  # some of the IDs were not cancelled
-
-
-def utc_text(at: float | None) -> str:
-    """Unix seconds as RFC 3339 in UTC, to the second (``2026-12-07T08:00:00Z``)."""
-    if at is None:
-        return "-"
-    return datetime.fromtimestamp(round(at), UTC).isoformat().replace("+00:00", "Z")
 
 
 async def enqueue(
@@ -57,8 +49,10 @@ async def enqueue(
         word = "already queued as"
     else:
         word = "queued as" if result.send_at is None else "scheduled as"
-    when = f" for {utc_text(result.send_at)}" if result.send_at is not None else ""
-    until = f", expires {utc_text(result.expires_at)}" if result.expires_at is not None else ""
+    when = f" for {rfc3339(round(result.send_at))}" if result.send_at is not None else ""
+    until = (
+        f", expires {rfc3339(round(result.expires_at))}" if result.expires_at is not None else ""
+    )
     print(f"{word} {result.id}{when} (key {result.idempotency_key}){until}")
     return 0
 

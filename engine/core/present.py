@@ -8,10 +8,11 @@ an operator should see the same text in both.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import UTC, datetime
 
 from engine.core.domain import Limit
 
-__all__ = ["MASKED_VALUE", "fmt_limit", "masked_secrets"]
+__all__ = ["MASKED_VALUE", "fmt_limit", "masked_secrets", "rfc3339"]
 
 # What stands for a secret's value wherever one is listed: a fixed width, so not even its
 # length shows.
@@ -26,3 +27,9 @@ def fmt_limit(limit: Limit | None) -> str:
 def masked_secrets(names: Iterable[str]) -> dict[str, str]:
     """Each secret's name with ``MASKED_VALUE`` for its value."""
     return dict.fromkeys(names, MASKED_VALUE)
+
+
+def rfc3339(at: float, timespec: str = "auto") -> str:
+    """Unix seconds as RFC 3339 in UTC, the offset written ``Z``: ``2026-12-07T08:00:00Z``
+    (``timespec`` as ``datetime.isoformat`` takes it: ``milliseconds`` for a header)."""
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec=timespec).replace("+00:00", "Z")

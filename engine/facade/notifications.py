@@ -216,19 +216,13 @@ class NotificationsPart(EngineParts):
             except OmniPostError as exc:
                 log.warning("sweep of scheduled and expiring notifications: %s", exc.message)
 
-    def _lifetimes_changed(self, times: Sequence[Lifetime]) -> None:
+    def _lifetimes_changed(self, resolved: Sequence[Lifetime]) -> None:
         """Rows with a send time or a deadline were enqueued here: the sweep looks at them by
         the soonest (a send time less ``sweep_ahead_s``, when they are queued)."""
         ahead_s = self.settings.sweep_ahead_s
-        soonest = min(
-            (
-                at - ahead_s if i == 0 else at
-                for pair in times
-                for i, at in enumerate(pair)
-                if at is not None
-            ),
-            default=None,
-        )
+        times = [at - ahead_s for at, _ in resolved if at is not None]
+        times += [until for _, until in resolved if until is not None]
+        soonest = min(times, default=None)
         if soonest is not None and soonest < self._sweep_at:
             self._sweep_at = soonest
 

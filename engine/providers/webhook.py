@@ -47,7 +47,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC
 from email.utils import parsedate_to_datetime
 from functools import cache
 from typing import TYPE_CHECKING, Self
@@ -56,6 +56,7 @@ from urllib.parse import urlsplit
 from engine.core.clock import Clock, SystemClock
 from engine.core.domain import Message, SendResult
 from engine.core.errors import ConfigError
+from engine.core.present import rfc3339
 from engine.providers._http import OwnedClient, http_client
 from engine.providers._options import Options, redact
 from engine.providers.base import ProviderConfig
@@ -105,11 +106,6 @@ _RESERVED = frozenset(
     | {SIGNATURE_HEADER.lower(), "transfer-encoding", "connection"}
 )
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-
-
-def rfc3339(at: float) -> str:
-    """Unix seconds as RFC 3339 in UTC, to the millisecond (``2026-12-07T08:00:00.000Z``)."""
-    return datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def sign(secret: str, body: bytes, timestamp: int) -> str:
@@ -263,7 +259,7 @@ class WebhookProvider:
             "User-Agent": user_agent(),
         }
         if message.expires_at is not None:  # the receiver may drop what comes too late
-            headers[EXPIRES_HEADER] = rfc3339(message.expires_at)
+            headers[EXPIRES_HEADER] = rfc3339(message.expires_at, "milliseconds")
         if self._signing_key:
             headers[SIGNATURE_HEADER] = sign(self._signing_key, body, int(now))
         import httpx  # loaded on the first send, as the client is (engine/providers/_http.py)
