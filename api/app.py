@@ -18,6 +18,7 @@ from api.guard import Guard
 from api.metrics import ApiMetrics
 from api.models import Health, Problem
 from api.routes import router
+from api.webhooks import router as webhooks_router
 from engine import Engine
 
 __all__ = ["create_app"]
@@ -58,6 +59,7 @@ def create_app(
     # request's route anew (a tenth of a single POST's time) and hides their methods from a
     # 405's ``Allow``.
     app.router.routes.extend(router.routes)
+    app.router.routes.extend(webhooks_router.routes)
 
     @app.get("/healthz", summary="The server is up", tags=["health"])
     async def healthz() -> Health:

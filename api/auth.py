@@ -67,8 +67,8 @@ class Door:
         self._queued = Recent[list[int]](_QUEUED_TTL_S)  # tenant -> [count, added since]
 
     async def admit(self, request: Request, need: str | None) -> Caller:
-        """The caller of ``request`` if its key is live, allows ``need`` (``send``/``read``;
-        None: any scope) and is within its request limit; else a ProblemError."""
+        """The caller of ``request`` if its key is live, allows ``need`` (``send``, ``read``,
+        ``webhooks``; None: any scope) and is within its request limit; else a ProblemError."""
         header = request.headers.get("authorization", "")
         scheme, _, key = header.partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
@@ -85,7 +85,8 @@ class Door:
         if need is not None and need not in record.scope:
             self.metrics.refused("forbidden")
             scope = ", ".join(record.scope)
-            raise ProblemError(403, f"this key may not {need} (its scope is {scope}).")
+            doing = "manage webhooks" if need == "webhooks" else need
+            raise ProblemError(403, f"this key may not {doing} (its scope is {scope}).")
         tenant = await self.tenant(record.tenant)
         verdict = self.buckets.take(record.id, self.request_limit(tenant))
         if not verdict.allowed:

@@ -312,6 +312,34 @@ _COMMANDS: dict[str, Command] = {
     "suppression remove": lambda a, ctx: commands.suppression.suppression_remove(
         ctx, a.tenant, a.provider, a.recipient, ids=a.ids or ()
     ),
+    "webhook add": lambda a, ctx: commands.webhook.webhook_add(
+        ctx,
+        a.tenant,
+        a.url,
+        events=a.events,
+        allow_private=a.allow_private,
+        rate=a.rate,
+        burst=a.burst,
+        as_json=a.json,
+    ),
+    "webhook list": lambda a, ctx: commands.webhook.webhook_list(ctx, a.tenant, as_json=a.json),
+    "webhook remove": lambda a, ctx: commands.webhook.webhook_remove(ctx, a.tenant, a.id),
+    "webhook enable": lambda a, ctx: commands.webhook.webhook_enable(
+        ctx, a.tenant, a.id, enabled=True
+    ),
+    "webhook disable": lambda a, ctx: commands.webhook.webhook_enable(
+        ctx, a.tenant, a.id, enabled=False
+    ),
+    "webhook test": lambda a, ctx: commands.webhook.webhook_test(ctx, a.tenant, a.id),
+    "webhook rotate-secret": lambda a, ctx: commands.webhook.webhook_rotate(
+        ctx, a.tenant, a.id, grace=a.grace, as_json=a.json
+    ),
+    "webhook replay": lambda a, ctx: commands.webhook.webhook_replay(
+        ctx, a.tenant, since=a.since, endpoint_id=a.endpoint
+    ),
+    "webhook events": lambda a, ctx: commands.webhook.webhook_events(
+        ctx, a.tenant, endpoint_id=a.endpoint, limit=a.limit, as_json=a.json
+    ),
 }
 
 

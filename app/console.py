@@ -107,12 +107,13 @@ async def run_console(
         await engine.open()
         if demo:
             await seed_demo(engine)
-        window.setEnabled(True)
-        window.statusBar().clearMessage()
         async with (
             exporter.following(functools.partial(engine.snapshot, view=METRICS_VIEW)),
             _api(engine, serve, api_metrics),
         ):
+            # Enabled once the metrics hold a first snapshot and the API (if any) serves.
+            window.setEnabled(True)
+            window.statusBar().clearMessage()
             with on_signals(closed.set):  # Ctrl+C in the terminal closes cleanly too
                 bridge.start_sampling()
                 if (settings.dispatch_on_open if dispatch is None else dispatch) or demo:

@@ -38,6 +38,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 
 from app.metrics_address import DEFAULT_HOST, PORT_ENV, MetricsAddress, metrics_address, parse_port
+from app.metrics_events import event_families
 from engine import CircuitState, EngineState, OmniPostError, Snapshot, SnapshotView
 
 __all__ = [
@@ -102,6 +103,7 @@ def families(snap: Snapshot, now: float) -> list[Metric]:
         *_histograms(snap),
         *_health(snap),
         *_worker(snap, now),
+        *event_families(snap),
     ]
 
 

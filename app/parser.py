@@ -9,7 +9,13 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from app.output import RETENTION_WINDOWS
-from app.parser_tenants import apikey_parsers, limit_args, suppression_parsers, tenant_parsers
+from app.parser_tenants import (
+    apikey_parsers,
+    limit_args,
+    suppression_parsers,
+    tenant_parsers,
+    webhook_parsers,
+)
 from app.parser_values import (
     age,
     key_value,
@@ -99,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     tenant_parsers(sub, common)
     apikey_parsers(sub, common)
     suppression_parsers(sub, common)
+    webhook_parsers(sub, common)
     _provider_parsers(sub, common)
 
     limit = sub.add_parser("limit", help="per (tenant, provider) limits").add_subparsers(

@@ -93,7 +93,11 @@ def apikey_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p = apikey.add_parser("create", parents=[common], help="make a key for a tenant")
     p.add_argument("tenant")
     p.add_argument("--name", default="", help="what the key is for (shown in listings)")
-    p.add_argument("--scope", default="send,read", help="send, read or send,read (the default)")
+    p.add_argument(
+        "--scope",
+        default="send,read",
+        help="send, read, webhooks, comma separated (default send,read)",
+    )
     p.add_argument("--json", action="store_true")
     p = apikey.add_parser("list", parents=[common], help="list keys (never the keys themselves)")
     p.add_argument("tenant", nargs="?")
@@ -140,3 +144,62 @@ def suppression_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--id", type=int, action="append", dest="ids", metavar="ID", help="an entry's id (repeat)"
     )
+
+
+def webhook_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``omnipost webhook ...``: a tenant's endpoints for status events."""
+    parent = sub.add_parser(
+        "webhook", help="status events: what became of a tenant's notifications, posted to it"
+    )
+    action = parent.add_subparsers(dest="action", metavar="ACTION", parser_class=type(parent))
+    action.required = True
+    p = action.add_parser(
+        "add", parents=[common], help="subscribe a URL of the tenant's to its status events"
+    )
+    p.add_argument("tenant")
+    p.add_argument("url")
+    p.add_argument(
+        "--events",
+        action="append",
+        metavar="TYPES",
+        help="event types, comma separated (delivered,attempt_failed,dead,cancelled,"
+        "suppressed,expired,scheduled; default all)",
+    )
+    p.add_argument(
+        "--allow-private",
+        action="store_true",
+        help="let it reach private, loopback and link-local addresses, and plain http",
+    )
+    p.add_argument("--rate", type=float, help="its own pace, events a second (default 50)")
+    p.add_argument("--burst", type=float, help="with --rate: events it may take at once")
+    p.add_argument("--json", action="store_true")
+    p = action.add_parser("list", parents=[common], help="a tenant's endpoints and their outbox")
+    p.add_argument("tenant")
+    p.add_argument("--json", action="store_true")
+    for name, helptext in (
+        ("remove", "remove an endpoint and its undelivered events"),
+        ("enable", "enable an endpoint again (its held events are sent)"),
+        ("disable", "stop sending to an endpoint (its events are held)"),
+        ("test", "post a signed webhook.test event now and print the answer"),
+    ):
+        p = action.add_parser(name, parents=[common], help=helptext)
+        p.add_argument("tenant")
+        p.add_argument("id", type=int)
+    p = action.add_parser(
+        "rotate-secret", parents=[common], help="a new signing secret (shown once)"
+    )
+    p.add_argument("tenant")
+    p.add_argument("id", type=int)
+    p.add_argument(
+        "--grace", default="24h", help="how long the old secret signs too (default 24h; 0: none)"
+    )
+    p.add_argument("--json", action="store_true")
+    p = action.add_parser("replay", parents=[common], help="send a tenant's past events again")
+    p.add_argument("tenant")
+    p.add_argument("--since", required=True, help="an RFC 3339 time, or how long ago (2h, 1d)")
+    p.add_argument("--id", type=int, dest="endpoint", help="only this endpoint's")
+    p = action.add_parser("events", parents=[common], help="a tenant's newest events")
+    p.add_argument("tenant")
+    p.add_argument("--id", type=int, dest="endpoint", help="only this endpoint's")
+    p.add_argument("--limit", type=int, default=50, help="how many (1 to 1000, default 50)")
+    p.add_argument("--json", action="store_true")

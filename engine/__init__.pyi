@@ -55,7 +55,9 @@ from .core.retention import (
     format_age,
     parse_age,
 )
+from .core.status_events import EVENT_TYPES, EventType, event_names, parse_events
 from .dispatch.dispatcher import DispatcherSettings
+from .dispatch.status_events import CourierSettings
 from .facade.api_keys import API_KEY_SCOPES, parse_scope
 from .facade.engine import (
     Engine,
@@ -66,6 +68,7 @@ from .facade.engine import (
 from .facade.overview import AppliedConfig
 from .facade.plans import MAX_PLANNED
 from .facade.requests import TenantLimits
+from .facade.status_events import EndpointView, NewSecret
 from .facade.suppressions import MAX_SUPPRESSION_PAGE
 from .facade.tenant_lines import (
     load_json,
@@ -112,6 +115,7 @@ from .providers import (
     ProviderFactory,
     ProviderKind,
 )
+from .providers.endpoint_post import PostAnswer
 from .store import (
     ApiKeyRecord,
     AuditEntry,
@@ -133,11 +137,13 @@ from .store import (
     WorkerRecord,
     masked_url,
 )
+from .store.endpoints import EndpointRecord
 from .store.rotation import (
     RotationProgress,
     RotationReport,
     TableRotation,
 )
+from .store.status_events import EndpointHealth, EventRow
 from .telemetry.figures import (
     Counters,
     Snapshot,
@@ -157,6 +163,7 @@ __all__ = [
     "BUILTIN_KINDS",
     "COMMON_OPTIONS",
     "DEFAULT_RETENTION",
+    "EVENT_TYPES",
     "MASKED_VALUE",
     "MAX_KEY_CHARS",
     "MAX_PLANNED",
@@ -178,13 +185,19 @@ __all__ = [
     "ConfigError",
     "Conflict",
     "Counters",
+    "CourierSettings",
     "DeliveryEntry",
     "DispatcherSettings",
+    "EndpointHealth",
+    "EndpointRecord",
+    "EndpointView",
     "Engine",
     "EngineSettings",
     "EngineState",
     "EnqueueItem",
     "EnqueueResult",
+    "EventRow",
+    "EventType",
     "FakeClock",
     "ItemRefused",
     "Limit",
@@ -192,6 +205,7 @@ __all__ = [
     "Limiter",
     "LocalLimiter",
     "Message",
+    "NewSecret",
     "NotCancellable",
     "NotFound",
     "NotificationState",
@@ -203,6 +217,7 @@ __all__ = [
     "Pattern",
     "PlanReport",
     "PlanResult",
+    "PostAnswer",
     "Provider",
     "ProviderConfig",
     "ProviderFactory",
@@ -246,6 +261,7 @@ __all__ = [
     "Unset",
     "Window",
     "WorkerRecord",
+    "event_names",
     "fmt_limit",
     "format_age",
     "is_text",
@@ -257,6 +273,7 @@ __all__ = [
     "masked_url",
     "parse_age",
     "parse_duration",
+    "parse_events",
     "parse_rate",
     "parse_scope",
     "parse_tenant_lines",

@@ -1,6 +1,6 @@
 """The commands' modules, each imported on first use (see ``__init__.py``)."""
 
-from . import apikeys, configure, keys, plan, queue, retention, run, stats, suppression
+from . import apikeys, configure, keys, plan, queue, retention, run, stats, suppression, webhook
 from .base import open_engine
 
 __all__ = [
@@ -14,4 +14,5 @@ __all__ = [
     "run",
     "stats",
     "suppression",
+    "webhook",
 ]

@@ -79,6 +79,7 @@ async def prune(ctx: Context, *, dry_run: bool = False, as_json: bool = False) -
             ("suppressed notifications", report.suppressed),
             ("expired notifications", report.expired),
             ("delivery-log rows", report.delivery_log),
+            ("status events sent or given up", report.status_events),
             ("audit-log rows", report.audit_log),
             ("HTTP idempotency keys", report.api_requests),
             ("suppressed recipients", report.suppressions),

@@ -165,8 +165,30 @@ def _print_json(found: _Stats, store: str) -> None:
             },
             "retention": retention_json(found.retention),
             "health": [health_json(h) for _, h in sorted(found.health.items())],
+            "status_events": _events_json(found.snap),
         }
     )
+
+
+def _events_json(snap: Snapshot) -> dict[str, object] | None:
+    figures = snap.events
+    if figures is None:
+        return None
+    return {
+        "written": figures.written,
+        "endpoints": [
+            {
+                "tenant": e.tenant,
+                "id": e.endpoint_id,
+                "enabled": e.enabled,
+                "pending": e.pending,
+                "held": e.held,
+                "given_up": e.failed,
+                "oldest_pending_age_s": e.oldest_pending_age_s,
+            }
+            for e in figures.endpoints
+        ],
+    }
 
 
 def _print_text(found: _Stats, store: str) -> None:
@@ -219,6 +241,7 @@ def _print_text(found: _Stats, store: str) -> None:
     )
     print(f"retention: {fmt_retention(found.retention)}")
     _print_health(found)
+    _print_events(found.snap)
     print(f"live workers: {len(found.workers)}")
     for w in found.workers:
         print(f"  {w.id} state {w.state} concurrency {w.concurrency} delivered {w.delivered}")
@@ -232,6 +255,29 @@ def _print_health(found: _Stats) -> None:
         [
             (name, fmt_health(h, now), h.failures, h.last_error or "-")
             for name, h in sorted(found.health.items())
+        ],
+    )
+
+
+def _print_events(snap: Snapshot) -> None:
+    """Status events: each endpoint's outbox (nothing while no tenant has an endpoint)."""
+    figures = snap.events
+    if figures is None or not figures.endpoints:
+        return
+    print(f"status events written: {figures.written}")
+    print_table(
+        ["TENANT", "WEBHOOK", "STATE", "PENDING", "HELD", "GAVE UP", "OLDEST PENDING"],
+        [
+            (
+                e.tenant,
+                e.endpoint_id,
+                "enabled" if e.enabled else "disabled",
+                e.pending,
+                e.held,
+                e.failed,
+                "-" if e.oldest_pending_age_s is None else f"{e.oldest_pending_age_s:.0f} s",
+            )
+            for e in figures.endpoints
         ],
     )
 

@@ -111,6 +111,9 @@ class BucketScope(enum.StrEnum):
     TENANT = "tenant"
     PROVIDER = "provider"
     PAIR = "pair"
+    # A tenant's status-event endpoint (``provider`` holds ``endpoint-<id>``): its own pace,
+    # apart from every send's (engine/dispatch/status_events.py).
+    ENDPOINT = "endpoint"
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -142,6 +145,10 @@ class BucketKey:
         return cls(BucketScope.PAIR, tenant=tenant, provider=provider)
 
     @classmethod
+    def for_endpoint(cls, tenant: str, endpoint_id: int) -> BucketKey:
+        return cls(BucketScope.ENDPOINT, tenant=tenant, provider=f"endpoint-{endpoint_id}")
+
+    @classmethod
     def for_send(cls, tenant: str, provider: str) -> tuple[BucketKey, BucketKey, BucketKey]:
         """Every bucket that may apply to one send of ``tenant`` through ``provider``."""
         return (cls.for_tenant(tenant), cls.for_provider(provider), cls.for_pair(tenant, provider))
@@ -151,6 +158,8 @@ class BucketKey:
             return f"tenant:{self.tenant}"
         if self.scope is BucketScope.PROVIDER:
             return f"provider:{self.provider}"
+        if self.scope is BucketScope.ENDPOINT:
+            return f"{self.tenant}/{self.provider}"
         return f"pair:{self.tenant}/{self.provider}"
 
 

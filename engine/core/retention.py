@@ -134,6 +134,7 @@ class PruneReport:
     suppressed: int = 0  # suppressed notifications, by the dead letters' window
     suppressions: int = 0  # recipients taken off the suppression lists
     expired: int = 0  # notifications past their deadline, unsent, by the dead letters' window
+    status_events: int = 0  # events delivered or given up, by the delivery log's window
     dry_run: bool = False
     complete: bool = True  # False when a background pass stopped at its time budget
     freed_bytes: int = 0  # SQLite pages given back to the file system
@@ -150,4 +151,5 @@ class PruneReport:
             + self.suppressed
             + self.suppressions
             + self.expired
+            + self.status_events
         )

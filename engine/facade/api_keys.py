@@ -21,7 +21,10 @@ from engine.store import ApiKeyRecord
 
 __all__ = ["API_KEY_SCOPES", "ApiKeysPart", "parse_scope"]
 
-API_KEY_SCOPES = ("send", "read")  # send: enqueue and cancel; read: look at notifications, limits
+# send: enqueue and cancel; read: look at notifications, limits; webhooks: the tenant's
+# endpoints for status events (never given unless asked for).
+API_KEY_SCOPES = ("send", "read", "webhooks")
+DEFAULT_SCOPES = ("send", "read")
 _PREFIX = "op_"
 _SHAPE = re.compile(r"(op_[0-9a-f]{12})_[A-Za-z0-9_-]{43}")
 _NAME_MAX = 100
@@ -31,17 +34,17 @@ _USED_EVERY_S = 60.0
 
 
 def parse_scope(text: str | Iterable[str]) -> tuple[str, ...]:
-    """``send,read`` (or the names) as a tuple in ``API_KEY_SCOPES``'s order; ConfigError for an
-    unknown or empty scope."""
+    """``send,read,webhooks`` (or the names) as a tuple in ``API_KEY_SCOPES``'s order;
+    ConfigError for an unknown or empty scope."""
     parts = text.split(",") if isinstance(text, str) else text
     names = [n.strip() for n in parts if n.strip()]  # "send,", " " and "" name nothing
     unknown = sorted({n for n in names if n not in API_KEY_SCOPES})
     if unknown:
         raise ConfigError(
-            f"unknown scope {unknown[0]!r}: give {' or '.join(API_KEY_SCOPES)}, comma separated."
+            f"unknown scope {unknown[0]!r}: give {', '.join(API_KEY_SCOPES)}, comma separated."
         )
     if not names:
-        raise ConfigError(f"give a scope: {' or '.join(API_KEY_SCOPES)}, comma separated.")
+        raise ConfigError(f"give a scope: {', '.join(API_KEY_SCOPES)}, comma separated.")
     return tuple(s for s in API_KEY_SCOPES if s in names)
 
 
@@ -51,7 +54,7 @@ def _digest(key: str) -> str:
 
 class ApiKeysPart(EngineParts):
     async def create_api_key(
-        self, tenant: str, *, name: str = "", scope: Iterable[str] = API_KEY_SCOPES
+        self, tenant: str, *, name: str = "", scope: Iterable[str] = DEFAULT_SCOPES
     ) -> tuple[ApiKeyRecord, str]:
         """A new key for ``tenant`` and the key itself, which nothing can show again; audited
         (by its id and prefix). NotFound for an unknown tenant, ConfigError for a bad name or

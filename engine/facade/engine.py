@@ -12,8 +12,10 @@ family with the module of the façade (``engine/facade/``) that holds it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import logging
+import math
 import os
 import random
 import socket
@@ -24,6 +26,7 @@ from typing import Self
 from engine.core.clock import Clock
 from engine.core.domain import NotificationState, Outcome
 from engine.core.errors import ConfigError, OmniPostError
+from engine.dispatch.status_events import Courier, Post
 from engine.facade.api_keys import ApiKeysPart
 from engine.facade.circuits import CircuitsPart
 from engine.facade.configuration import ConfigurationPart
@@ -34,6 +37,7 @@ from engine.facade.plans import PlansPart
 from engine.facade.requests import RequestsPart
 from engine.facade.retention import RetentionPart
 from engine.facade.rotation import RotationPart
+from engine.facade.status_events import StatusEventsPart
 from engine.facade.suppressions import SuppressionsPart
 from engine.limits.limiter import Limiter
 from engine.planning.simulate import Pattern, SimulationProgress, run_simulation, schedule
@@ -42,6 +46,7 @@ from engine.store import Store, WorkerRecord
 from engine.telemetry.figures import Counters, Snapshot, build_snapshot
 from engine.telemetry.snapshot_view import SnapshotView
 from engine.telemetry.snapshots import SnapshotReads
+from engine.telemetry.status_events import EventFigures, event_figures
 
 __all__ = ["Engine", "EngineSettings", "EngineState", "SimulationProgress"]
 
@@ -52,6 +57,7 @@ _FORGET_WORKERS_S = 24 * 3600.0
 # The configuration is read again at least this often whatever its token says (a change that
 # is not audited: an edit in SQL). Loading it costs about 2.5 s of CPU at 100,000 tenants.
 _RELOAD_ANYWAY_S = 300.0
+_EVENTS_EVERY_S = 5.0  # status events' figures in a snapshot, read again at most this often
 
 
 class EngineState(enum.StrEnum):
@@ -74,6 +80,7 @@ class Engine(
     ApiKeysPart,
     RequestsPart,
     SuppressionsPart,
+    StatusEventsPart,
 ):
     """The engine's one face. Every public method and property, by family, each with the
     module of ``engine/facade/`` that holds it (tests/test_architecture.py keeps this true):
@@ -99,6 +106,9 @@ class Engine(
       ``revoke_api_key``
     - suppressions (``suppressions``): ``suppressions`` ``suppress`` ``suppress_counts``
       ``unsuppress`` ``unsuppress_ids``
+    - status events (``status_events``): ``webhooks`` ``all_webhooks`` ``add_webhook``
+      ``remove_webhook`` ``rotate_webhook_secret`` ``enable_webhook`` ``test_webhook``
+      ``replay_webhook_events`` ``webhook_events``
     - circuits (``circuits``): ``provider_health`` ``held_by_circuits`` ``resume_provider``
     - retention (``retention``): ``retention`` ``set_retention`` ``prune`` ``last_pruned_at``
       ``store_size``
@@ -130,6 +140,10 @@ class Engine(
         self._started_at = 0.0
         self._stopped = asyncio.Event()
         self._snapshots = SnapshotReads()
+        self.courier: Courier | None = None  # status events' deliveries, while running
+        self.event_post: Post | None = None  # how the courier posts (tests: on virtual time)
+        self._events: EventFigures | None = None
+        self._events_read_at = -math.inf
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -178,6 +192,17 @@ class Engine(
         self._spawn("loop-lag", self._measure_lag())
         self._spawn("listen", self.store.listen(self._notified))
         self._spawn("prune", self._prune_loop())
+        if self.settings.events is not None:
+            self.courier = Courier(
+                self.store,
+                self.limiter,
+                self.clock,
+                self.worker_id,
+                settings=self.settings.events,
+                post=self.event_post,
+                telemetry=self.telemetry,
+            )
+            self._spawn("events", self.courier.run())
 
     async def follow_config(self) -> None:
         """Load configuration changes as a dispatching engine does, without dispatching (an
@@ -384,7 +409,7 @@ class Engine(
         depth = await self.store.queue.depth()
         now = self.clock.wall()
         workers = [w.id for w in await self.workers()] if with_workers else []
-        return build_snapshot(
+        full = build_snapshot(
             now=now,
             depth_rows=depth,
             tenant_names={t.id: t.name for t in self.directory.tenants.values()},
@@ -398,6 +423,32 @@ class Engine(
             workers=workers,
             failure=self.failure,
             health=self.dispatcher.circuits.view(),
+        )
+        return await self._with_events(full)
+
+    async def _with_events(self, snap: Snapshot) -> Snapshot:
+        """``snap`` with every endpoint's outbox (status events) and this courier's failures,
+        read again at most every ``_EVENTS_EVERY_S`` (their counts follow the events waiting)."""
+        now = self.clock.monotonic()
+        if now - self._events_read_at >= _EVENTS_EVERY_S:
+            self._events_read_at = now
+            self._events = await self._event_figures()
+        return snap if self._events is None else dataclasses.replace(snap, events=self._events)
+
+    async def _event_figures(self) -> EventFigures | None:
+        found = await self.store.endpoints.all_endpoints()
+        failures = tuple(sorted(self.courier.failures.items())) if self.courier else ()
+        if not found and not failures:
+            return None
+        health = await self.store.status_events.health([e.id for e in found])
+        names = {t.id: t.name for t in self.directory.tenants.values()}
+        return event_figures(
+            found,
+            health,
+            names,
+            now=self.clock.wall(),
+            written=await self.store.status_events.highest_id(),
+            failures=failures,
         )
 
     async def _snapshot_of(self, view: SnapshotView, with_workers: bool) -> Snapshot:
@@ -414,7 +465,7 @@ class Engine(
             wall=self.clock.wall(),
         )
         workers = [w.id for w in await self.workers()] if with_workers else []
-        return build_snapshot(
+        snap = build_snapshot(
             now=self.clock.wall(),
             depth_rows=read.depth_rows,
             tenant_names=read.tenant_names,
@@ -432,6 +483,7 @@ class Engine(
             queue=read.queue,
             deepest=read.deepest,
         )
+        return await self._with_events(snap)
 
     # -- simulation -------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from engine.core.clock import Clock, SystemClock
 from engine.core.errors import NotFound
 from engine.dispatch.directory import Directory
 from engine.dispatch.dispatcher import Dispatcher, DispatcherSettings
+from engine.dispatch.status_events import CourierSettings
 from engine.limits.limiter import Limiter
 from engine.providers.base import ProviderFactory
 from engine.store import Store
@@ -52,6 +53,8 @@ class EngineSettings:
     sweep_recheck_s: float = 2.0  # the store's soonest time read again at least this often
     sweep_ahead_s: float = 2.0  # scheduled rows queued this long before their send time
     most_ahead_s: float = 35 * 86400.0
+    # Status events: the courier that delivers them beside the dispatcher (None: none runs).
+    events: CourierSettings | None = field(default_factory=CourierSettings)
 
 
 class EngineParts:

@@ -271,6 +271,8 @@ class RedisLimiter(RedisBatches):
             return f"{self._prefix}:{{t:{tenant}}}:tenant"
         if key.scope is BucketScope.PROVIDER:
             return f"{self._prefix}:{{p:{provider}}}:provider"
+        if key.scope is BucketScope.ENDPOINT:
+            return f"{self._prefix}:{{t:{tenant}}}:endpoint:{provider}"
         return f"{self._prefix}:{{t:{tenant}}}:pair:{provider}"
 
     def _hashes(self, keys: Sequence[BucketKey]) -> list[str]:

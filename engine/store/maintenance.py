@@ -30,6 +30,7 @@ from engine.store.schema import (
     notifications,
     queue_counts,
     settings,
+    status_events,
     suppressions,
 )
 
@@ -38,6 +39,7 @@ __all__ = ["MaintenanceRepo"]
 N = notifications
 R = api_requests
 SP = suppressions
+SE = status_events
 _ABANDONED_S = 86400.0
 _RETENTION = "retention"
 _VACUUM_PAGES = 2048  # pages given back per transaction (8 MiB at SQLite's default 4 KiB)
@@ -50,6 +52,7 @@ _TABLES = (
     "providers",
     "api_requests",
     "suppressions",
+    "status_events",
 )
 
 
@@ -257,6 +260,9 @@ def _targets(retention: Retention, now: float) -> dict[str, Target]:
     ):
         if window is not None:
             found[kind] = (table.c.ts < now - window, table, table.c.ts)
+    if retention.log_s is not None:  # the outbox: only events delivered or given up
+        old = SE.c.finished_at < now - retention.log_s
+        found["status_events"] = (old, SE, SE.c.finished_at)
     if retention.suppressions_s is not None:
         old = SP.c.created_at < now - retention.suppressions_s
         found["suppressions"] = (old, SP, SP.c.created_at)

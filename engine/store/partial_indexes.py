@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from engine.store.schema import notifications
+from engine.store.schema import notifications, status_events
 
 __all__ = [
     "FINISHED",
@@ -21,6 +21,9 @@ __all__ = [
     "PARTIAL_INDEXES",
     "QUEUED_DUE",
     "SCHEDULED_DUE",
+    "STATUS_EVENTS_DUE",
+    "STATUS_EVENTS_LEASED",
+    "STATUS_EVENTS_UNDELIVERED",
     "WAITING_EXPIRY",
 ]
 
@@ -84,4 +87,41 @@ WAITING_EXPIRY = sa.Index(
     postgresql_where=_WAITING_DEADLINE,
 )
 
-PARTIAL_INDEXES = (QUEUED_DUE, LEASED_OWNER, LEASED_EXPIRY, FINISHED, SCHEDULED_DUE, WAITING_EXPIRY)
+# Migration 0012: the outbox's pending events by due time (the courier's claim), and its leased
+# ones by expiry (the reaper's).
+_PENDING_EVENT = status_events.c.state == "pending"
+STATUS_EVENTS_DUE = sa.Index(
+    "ix_status_events_due",
+    status_events.c.available_at,
+    sqlite_where=_PENDING_EVENT,
+    postgresql_where=_PENDING_EVENT,
+)
+_LEASED_EVENT = status_events.c.state == "leased"
+STATUS_EVENTS_LEASED = sa.Index(
+    "ix_status_events_lease",
+    status_events.c.lease_expires_at,
+    sqlite_where=_LEASED_EVENT,
+    postgresql_where=_LEASED_EVENT,
+)
+# The events not delivered, by endpoint: what ``webhook list``, the console and the metrics count.
+_UNDELIVERED = status_events.c.state != "delivered"
+STATUS_EVENTS_UNDELIVERED = sa.Index(
+    "ix_status_events_undelivered",
+    status_events.c.endpoint_id,
+    status_events.c.state,
+    status_events.c.occurred_at,
+    sqlite_where=_UNDELIVERED,
+    postgresql_where=_UNDELIVERED,
+)
+
+PARTIAL_INDEXES = (
+    QUEUED_DUE,
+    LEASED_OWNER,
+    LEASED_EXPIRY,
+    FINISHED,
+    SCHEDULED_DUE,
+    WAITING_EXPIRY,
+    STATUS_EVENTS_DUE,
+    STATUS_EVENTS_LEASED,
+    STATUS_EVENTS_UNDELIVERED,
+)

@@ -1,9 +1,10 @@
 """Key rotation in the store: every stored secret re-encrypted under the newest key, so that
 the older keys can be retired.
 
-Three columns hold ``SecretBox`` tokens: ``notifications.recipient`` (every state),
-``providers.secrets`` and ``suppressions.recipient``, whose row also holds the recipient's keyed
-digest (``SecretBox.digest``), recomputed under the newest key with it; the delivery and audit
+Five columns hold ``SecretBox`` tokens: ``notifications.recipient`` (every state),
+``providers.secrets``, ``event_endpoints.secret`` and ``old_secret`` (status events' signing
+secrets) and ``suppressions.recipient``, whose row also holds the recipient's keyed digest
+(``SecretBox.digest``), recomputed under the newest key with it; the delivery and audit
 logs hold none (the audit log names secrets, never their values). Each is walked by primary
 key in batches (keyset pagination: bounded memory, no offset scans), each batch read in one
 short transaction and written in another, so SQLite's one write lock is never held long and a
@@ -15,7 +16,7 @@ Fernet format, which is rewritten in the current one), by a compare-and-set on
 that token: only the token's column is set, so a worker that changed the row's state meanwhile
 keeps its change; a row deleted meanwhile is skipped; another rotator's rewrite makes this one
 a no-op. A token is a safe version to compare with: a recipient never changes, and a
-provider's secrets change only as a whole new token.
+provider's or an endpoint's secrets change only as a whole new token.
 """
 
 from __future__ import annotations
@@ -31,7 +32,13 @@ from engine.core.crypto import SecretBox
 from engine.core.domain import recipient_key
 from engine.core.errors import OmniPostError
 from engine.store.database import Database
-from engine.store.schema import notifications, providers, suppressions, tenants
+from engine.store.schema import (
+    event_endpoints,
+    notifications,
+    providers,
+    suppressions,
+    tenants,
+)
 
 __all__ = ["RotationProgress", "RotationRepo", "RotationReport", "TableRotation"]
 
@@ -88,6 +95,7 @@ class _Column:
     token: sa.Column[Any]
     owner: sa.Column[Any]
     digest: sa.Column[Any] | None = None  # the token's plaintext's digest, kept in step
+    label: str = ""  # how a report names it, when not by its table's name
 
 
 _COLUMNS = (
@@ -95,6 +103,14 @@ _COLUMNS = (
     _Column(providers, providers.c.secrets, providers.c.name),
     _Column(
         suppressions, suppressions.c.recipient, suppressions.c.tenant_id, suppressions.c.digest
+    ),
+    # Status events' signing secrets, and the ones still signing during a rotation.
+    _Column(event_endpoints, event_endpoints.c.secret, event_endpoints.c.tenant_id),
+    _Column(
+        event_endpoints,
+        event_endpoints.c.old_secret,
+        event_endpoints.c.tenant_id,
+        label="event_endpoints (old secrets)",
     ),
 )
 
@@ -150,7 +166,7 @@ class RotationRepo:
         self, column: _Column, *, rewrite: bool, progress: Progress | None
     ) -> tuple[TableRotation, tuple[Any, ...] | None]:
         """One column, batch by batch; returns its counts and its first unreadable row."""
-        done = TableRotation(column.table.name)
+        done = TableRotation(column.label or column.table.name)
         first: tuple[Any, ...] | None = None
         after = 0
         while rows := await self._db.read(_page(column, after, self.batch)):
@@ -202,6 +218,8 @@ class RotationRepo:
         row_id, owner, _ = row
         if column.table is providers:
             return f"the secrets of provider {owner}"
+        if column.table is event_endpoints:
+            return f"the signing secret of webhook {row_id}"
 
         async def tx(conn: AsyncConnection) -> str | None:
             query = sa.select(tenants.c.name).where(tenants.c.id == owner)

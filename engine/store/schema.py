@@ -11,6 +11,7 @@ __all__ = [
     "audit_log",
     "chore_leases",
     "delivery_log",
+    "event_endpoints",
     "metadata",
     "notifications",
     "provider_health",
@@ -18,6 +19,7 @@ __all__ = [
     "queue_counts",
     "rate_limits",
     "settings",
+    "status_events",
     "suppressions",
     "tenants",
     "workers",
@@ -305,4 +307,57 @@ suppressions = sa.Table(
     sa.Index("ix_suppressions_created_at", "created_at"),
     # A tenant's list, newest first, a page at a time, whatever the other tenants' lists hold.
     sa.Index("ix_suppressions_tenant_id_id", "tenant_id", "id"),
+)
+
+# Migration 0012: a tenant's endpoints for status events, and the outbox of events to them
+# (``engine/store/status_events.py``; triggers write the events, the migration says which).
+event_endpoints = sa.Table(
+    "event_endpoints",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("tenant_id", sa.Integer, sa.ForeignKey("tenants.id"), nullable=False, index=True),
+    sa.Column("url", sa.Text, nullable=False),
+    sa.Column("events", sa.Integer, nullable=False),  # a mask of EventType.bit
+    sa.Column("secret", sa.Text, nullable=False),  # SecretBox token
+    sa.Column("old_secret", sa.Text, nullable=True),  # the one before a rotation, until:
+    sa.Column("old_secret_until", sa.Double, nullable=True),
+    sa.Column("allow_private", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("rate_per_s", sa.Double, nullable=True),
+    sa.Column("burst", sa.Double, nullable=True),
+    sa.Column("disabled_at", sa.Double, nullable=True),
+    sa.Column("disabled_reason", sa.Text, nullable=True),
+    sa.Column("failing_since", sa.Double, nullable=True),  # every try failed since then
+    sa.Column("created_at", sa.Double, nullable=False),
+)
+
+status_events = sa.Table(
+    "status_events",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("endpoint_id", sa.Integer, nullable=False),
+    sa.Column("tenant_id", sa.Integer, nullable=False),
+    sa.Column("notification_id", sa.BigInteger, nullable=True),
+    sa.Column("provider_id", sa.Integer, nullable=True),
+    sa.Column("type", sa.String(40), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),  # pending, leased, delivered, failed
+    sa.Column("occurred_at", sa.Double, nullable=False),
+    sa.Column("sequence", sa.Integer, nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=True),
+    sa.Column("max_attempts", sa.Integer, nullable=True),
+    sa.Column("retrying", sa.Boolean, nullable=True),
+    sa.Column("outcome", sa.String(16), nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("idempotency_key", sa.String(200), nullable=True),
+    sa.Column("tries", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("available_at", sa.Double, nullable=False),
+    sa.Column("lease_owner", sa.String(100), nullable=True),
+    sa.Column("lease_expires_at", sa.Double, nullable=True),
+    sa.Column("last_status", sa.Integer, nullable=True),
+    sa.Column("last_error", sa.Text, nullable=True),
+    sa.Column("finished_at", sa.Double, nullable=True),
+    sa.Column("notification_state", sa.String(16), nullable=True),  # after the change
+    sa.Index(None, "endpoint_id", "id"),
+    sa.Index(None, "tenant_id", "occurred_at"),
+    sa.Index(None, "finished_at"),
+    sqlite_autoincrement=True,
 )

@@ -18,6 +18,7 @@ from engine.store.audit import AuditRepo
 from engine.store.circuits import CircuitsRepo
 from engine.store.config import ConfigRepo
 from engine.store.database import Database, masked_url, normalize_url
+from engine.store.endpoints import EndpointsRepo
 from engine.store.lifetimes import LifetimesRepo
 from engine.store.maintenance import MaintenanceRepo
 from engine.store.notify import listen
@@ -26,6 +27,7 @@ from engine.store.queue import QueueRepo
 from engine.store.requests import RequestRepo
 from engine.store.rotation import RotationRepo
 from engine.store.stats import StatsRepo
+from engine.store.status_events import StatusEventsRepo
 from engine.store.suppressions import SuppressionRepo
 from engine.store.workers import WorkersRepo
 
@@ -40,7 +42,7 @@ _MIGRATIONS = Path(__file__).with_name("migrations")
 # scripts):
 # known here, so that a command checks the store's revision without importing Alembic, which
 # only ``migrate`` needs.
-HEAD = "0011"
+HEAD = "0012"
 
 
 def _alembic_config() -> Config:
@@ -69,6 +71,8 @@ class Store:
         self.apikeys = ApiKeyRepo(self._db)  # a console's reads over many tenants
         self.requests = RequestRepo(self._db)  # the HTTP API's idempotency keys
         self.suppressions = SuppressionRepo(self._db, box)  # each tenant's suppression list
+        self.endpoints = EndpointsRepo(self._db, box)  # each tenant's for status events
+        self.status_events = StatusEventsRepo(self._db, box)  # the outbox of events to them
 
     @property
     def dialect(self) -> str:

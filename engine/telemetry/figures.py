@@ -14,6 +14,7 @@ from engine.core.domain import BucketLevel, NotificationState, Outcome
 from engine.store.records import Completion, DepthRow, ProviderRecord, TenantRecord
 from engine.telemetry.activity import Activity
 from engine.telemetry.snapshot_view import BucketPicks, QueueTotals
+from engine.telemetry.status_events import EventFigures
 
 __all__ = [
     "DELIVERY_BOUNDS_S",
@@ -75,6 +76,8 @@ class Counters:
     # nobody claimed (a claim's own expiries are in the store's counts only).
     expired: int = 0
     promoted: int = 0  # scheduled rows this engine queued as they fell due
+    events_delivered: int = 0  # status events this engine's courier delivered
+    events_failed: int = 0  # their tries that failed (by answer: Snapshot.event_failures)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +146,7 @@ class Snapshot:
     # ``latency_window`` of them): p50 and p99 in seconds; None before any.
     lateness_p50_s: float | None = None
     lateness_p99_s: float | None = None
+    events: EventFigures | None = None  # status events (engine/telemetry/status_events.py)
 
 
 def percentile(sorted_values: list[float], q: float) -> float | None:

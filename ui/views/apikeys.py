@@ -47,8 +47,8 @@ class ApiKeysView(QWidget):
         self.name = QLineEdit()
         self.name.setPlaceholderText("what the key is for (shown in listings)")
         self.scopes = {scope: QCheckBox(scope) for scope in API_KEY_SCOPES}
-        for box in self.scopes.values():
-            box.setChecked(True)
+        for name, box in self.scopes.items():
+            box.setChecked(name != "webhooks")  # endpoints: only when asked for
         self.create_button = QPushButton("Create key")
         self.create_button.clicked.connect(self._create)
         self.revoke_button = QPushButton("Revoke selected")

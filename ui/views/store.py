@@ -48,6 +48,7 @@ def prune_summary(report: PruneReport) -> str:
         (report.suppressed or None, "suppressed"),
         (report.expired or None, "expired"),
         (report.delivery_log, "delivery-log"),
+        (report.status_events or None, "status-event"),
         (report.audit_log, "audit"),
         (report.suppressions or None, "suppression-list"),
     )

@@ -1,0 +1,295 @@
+"""The courier: status events from the outbox to the tenants' endpoints.
+
+It runs beside the dispatcher in every worker and shares none of its senders, so a slow or dead
+endpoint never slows a send. Events are leased as notifications are (a claim that several
+workers share, a lease that a dead worker's reaper gives back, a finish fenced on the try),
+each endpoint's pace is its own bucket in the engine's limiter (``BucketKey.for_endpoint``:
+local, or in Redis shared by every worker), and each try is signed afresh (Standard Webhooks:
+same ``webhook-id`` on every try, a new timestamp and signature). Retries wait
+``EVENT_RETRY_S`` (or the endpoint's ``Retry-After``), then the event is given up; a ``410``
+disables the endpoint at once, failing every try for ``disable_after_s`` disables it too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+
+from engine.core.clock import Clock
+from engine.core.domain import BucketKey, Limit
+from engine.core.errors import OmniPostError, SecretUnreadable
+from engine.core.present import rfc3339
+from engine.core.status_events import EVENT_RETRY_S, event_body, signature_header
+from engine.limits.limiter import Limiter
+from engine.providers.endpoint_post import EndpointPoster, PostAnswer
+from engine.providers.webhook import parse_retry_after
+from engine.store import Store
+from engine.store.endpoints import EndpointSecrets
+from engine.store.status_events import DueEvent
+from engine.telemetry.figures import Telemetry
+
+__all__ = ["Courier", "CourierSettings", "Post", "event_data"]
+
+log = logging.getLogger(__name__)
+
+# url, body, headers, allow_private -> the answer
+Post = Callable[[str, bytes, Mapping[str, str], bool], Awaitable[PostAnswer]]
+_MOST_RETRY_AFTER_S = 36_000.0
+
+
+@dataclass(frozen=True, slots=True)
+class CourierSettings:
+    concurrency: int = 16  # posts at once, apart from the dispatcher's senders
+    batch: int = 64
+    lease_s: float = 60.0
+    poll_s: float = 1.0  # longest sleep with nothing due
+    reap_s: float = 10.0
+    # An endpoint's pace unless it has its own.
+    endpoint_limit: Limit = field(default_factory=lambda: Limit(50.0, 100.0))
+    disable_after_s: float = 5 * 86400.0  # an endpoint failing every try this long is disabled
+    secrets_refresh_s: float = 0.0  # endpoints read again at most this often (0: every claim)
+    retry_s: tuple[float, ...] = EVENT_RETRY_S  # the waits before each retry; then given up
+
+
+class Courier:
+    def __init__(
+        self,
+        store: Store,
+        limiter: Limiter,
+        clock: Clock,
+        owner: str,
+        *,
+        settings: CourierSettings | None = None,
+        post: Post | None = None,
+        telemetry: Telemetry | None = None,
+    ) -> None:
+        self._store = store
+        self._limiter = limiter
+        self._clock = clock
+        self.owner = owner
+        self.settings = settings or CourierSettings()
+        self._poster = EndpointPoster() if post is None else None
+        self._post = post or self._default_post
+        self._endpoints: dict[int, EndpointSecrets] = {}
+        self._read_at = -1e18
+        self._limits: dict[BucketKey, Limit] = {}
+        self._wake = asyncio.Event()
+        self._slots = asyncio.Semaphore(self.settings.concurrency)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._telemetry = telemetry
+        self.delivered = 0
+        self.failed = 0  # tries that failed
+        self.failures: Counter[str] = Counter()  # failed tries by answer: "503", "no answer"
+        self.disabled: list[tuple[int, str]] = []  # (endpoint, why) this courier disabled
+
+    async def _default_post(
+        self, url: str, body: bytes, headers: Mapping[str, str], allow_private: bool
+    ) -> PostAnswer:
+        assert self._poster is not None
+        return await self._poster.post(url, body, headers, allow_private=allow_private)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Claim and post until cancelled; a store hiccup is logged and tried again. Idle, it
+        reads when the soonest event falls due (the first entry of an index) and claims only
+        then: no write while nothing is due."""
+        next_reap = self._clock.monotonic()
+        try:
+            while True:
+                wait_s = self.settings.poll_s
+                try:
+                    if self._clock.monotonic() >= next_reap:
+                        next_reap = self._clock.monotonic() + self.settings.reap_s
+                        await self._store.status_events.reap(self._clock.wall())
+                    due_at = await self._store.status_events.next_due()
+                    if due_at is not None and due_at <= self._clock.wall():
+                        if await self.step():
+                            continue
+                    elif due_at is not None:
+                        wait_s = min(wait_s, due_at - self._clock.wall())
+                except OmniPostError as exc:
+                    log.warning("status events: %s", exc.message)
+                self._wake.clear()
+                await self._clock.wait_for(self._wake, wait_s)
+        finally:
+            await self.drain()
+            if self._poster is not None:
+                await self._poster.aclose()
+
+    async def step(self) -> int:
+        """One claim, its posts started (each waits for its endpoint's token); returns how many
+        were claimed. Waits for a free post slot before claiming."""
+        free = self.settings.concurrency - len(self._tasks)
+        if free <= 0:
+            await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
+            return 1
+        due = await self._store.status_events.claim(
+            self.owner,
+            now=self._clock.wall(),
+            lease_s=self.settings.lease_s,
+            limit=min(self.settings.batch, free),
+        )
+        if not due:
+            return 0
+        await self._know({e.endpoint_id for e in due})
+        for event in due:
+            task = asyncio.ensure_future(self._deliver(event))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return len(due)
+
+    async def drain(self) -> None:
+        """Let the posts under way finish (their leases would expire otherwise)."""
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def _know(self, endpoint_ids: set[int]) -> None:
+        stale = self._clock.monotonic() - self._read_at > self.settings.secrets_refresh_s
+        missing = endpoint_ids - self._endpoints.keys()
+        if not stale and not missing:
+            return
+        try:
+            found = await self._store.endpoints.secrets(
+                sorted(endpoint_ids | self._endpoints.keys()), self._clock.wall()
+            )
+        except SecretUnreadable as exc:
+            log.error("status events: %s", exc.message)
+            return
+        self._endpoints = found
+        self._read_at = self._clock.monotonic()
+        limits = []
+        for endpoint in found.values():
+            key = BucketKey.for_endpoint(endpoint.tenant, endpoint.id)
+            limit = self.settings.endpoint_limit
+            if endpoint.rate_per_s is not None:
+                limit = Limit(endpoint.rate_per_s, endpoint.burst or max(1.0, endpoint.rate_per_s))
+            if self._limits.get(key) != limit:
+                self._limits[key] = limit
+                limits.append((key, limit))
+        if limits:
+            await self._limiter.configure_many(limits)
+
+    async def _deliver(self, event: DueEvent) -> None:
+        async with self._slots:
+            try:
+                await self._try(event)
+            except OmniPostError as exc:  # the finish could not be written: the lease expires
+                log.warning("status event %d: %s", event.id, exc.message)
+            except Exception:
+                log.exception("status event %d failed", event.id)
+
+    async def _try(self, event: DueEvent) -> None:
+        endpoint = self._endpoints.get(event.endpoint_id)
+        if endpoint is None:  # removed since (its events went with it): nothing to finish
+            return
+        if not endpoint.enabled:  # disabled since the claim: held when the lease comes back
+            await self._finish(event, retry_at=self._clock.wall(), answer=PostAnswer(None))
+            return
+        key = BucketKey.for_endpoint(endpoint.tenant, endpoint.id)
+        while True:
+            got = await self._limiter.reserve([key], 1)
+            if got.granted:
+                break
+            await self._clock.sleep(min(max(got.wait_s, 0.001), 1.0))
+        event_id = f"evt_{event.id}"
+        stamp_at = rfc3339(event.occurred_at, "milliseconds")
+        body = event_body(event.type, stamp_at, event_data(event))
+        stamp = int(self._clock.wall())
+        headers = {
+            "webhook-id": event_id,
+            "webhook-timestamp": str(stamp),
+            "webhook-signature": signature_header(endpoint.secrets, event_id, stamp, body),
+            "User-Agent": "OmniPost status events",
+        }
+        answer = await self._post(endpoint.url, body, headers, endpoint.allow_private)
+        if answer.ok:
+            self.delivered += 1
+            if self._telemetry is not None:
+                self._telemetry.count("events_delivered")
+            await self._finish(event, retry_at=None, answer=answer, delivered=True)
+            return
+        self.failed += 1
+        self.failures[_answer_name(answer)] += 1
+        if self._telemetry is not None:
+            self._telemetry.count("events_failed")
+        now = self._clock.wall()
+        if answer.status == 410:
+            await self._finish(event, retry_at=now, answer=answer, disable="it answered 410 Gone")
+            return
+        retry_s = self.settings.retry_s
+        if event.tries > len(retry_s):
+            await self._finish(event, retry_at=None, answer=answer)
+            return
+        wait = retry_s[event.tries - 1]
+        if answer.retry_after is not None:
+            wait = _retry_after_s(answer.retry_after, now)
+        await self._finish(event, retry_at=now + wait, answer=answer)
+
+    async def _finish(
+        self,
+        event: DueEvent,
+        *,
+        retry_at: float | None,
+        answer: PostAnswer,
+        delivered: bool = False,
+        disable: str = "",
+    ) -> None:
+        reason = await self._store.status_events.finish(
+            event,
+            self.owner,
+            delivered=delivered,
+            retry_at=retry_at,
+            status=answer.status,
+            error=answer.error,
+            now=self._clock.wall(),
+            disable_after_s=self.settings.disable_after_s,
+            disable_now=disable,
+        )
+        if reason:
+            log.warning("status events: endpoint %d disabled: %s", event.endpoint_id, reason)
+            self.disabled.append((event.endpoint_id, reason))
+            self._read_at = -1e18  # read its state again before the next post
+
+
+def _answer_name(answer: PostAnswer) -> str:
+    if answer.status is not None:
+        return str(answer.status)
+    return "refused" if answer.refused else "no answer"
+
+
+def _retry_after_s(value: str, now: float) -> float:
+    """An endpoint's ``Retry-After`` (seconds, or an HTTP date), at most 10 hours."""
+    text = value.strip()
+    if text.isdigit():
+        return min(float(text), _MOST_RETRY_AFTER_S)
+    return parse_retry_after(text, now)
+
+
+def event_data(event: DueEvent) -> dict[str, object]:
+    """The body's ``data``: the notification and what became of it, never a secret (the
+    recipient masked)."""
+    if event.notification_id is None:
+        return {"tenant": event.tenant, "endpoint": event.endpoint_id, "sequence": event.sequence}
+    data: dict[str, object] = {
+        "id": event.notification_id,
+        "tenant": event.tenant,
+        "provider": event.provider,
+        "state": event.state,
+        "attempt": event.attempt,
+        "max_attempts": event.max_attempts,
+        "sequence": event.sequence,
+        "idempotency_key": event.idempotency_key,
+    }
+    if event.recipient is not None:
+        data["recipient"] = event.recipient
+    if event.outcome is not None:
+        data["outcome"] = event.outcome
+        data["retrying"] = bool(event.retrying)
+    if event.error:
+        data["error"] = event.error
+    return data
