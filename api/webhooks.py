@@ -6,17 +6,34 @@ again."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.models import utc_text
+from api.problems import PROBLEM_JSON
 from engine import EVENT_TYPES, EndpointView, NewSecret, event_names
 
 __all__ = ["Webhook", "WebhookCreated", "WebhookIn", "router"]
 
-router = APIRouter(prefix="/v1")
+_PROBLEM: dict[str, Any] = {
+    "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}
+}
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"description": what, **_PROBLEM}
+    for status, what in (
+        (400, "Malformed JSON"),
+        (401, "No API key, or one that is unknown or revoked"),
+        (403, "The key's scope does not include webhooks"),
+        (404, "No such endpoint for this tenant"),
+        (413, "The body is over the limit"),
+        (415, "The body is not JSON"),
+        (422, "A field is not valid: a URL that is not https to a public address, a type"),
+        (429, "Over the key's request limit"),
+    )
+}
+router = APIRouter(prefix="/v1", responses=_ERRORS)
 _MAX_ID = 2**31 - 1
 _TYPES = ", ".join(t.value for t in EVENT_TYPES)
 

@@ -403,6 +403,7 @@ def test_schemathesis_finds_no_server_error_and_no_answer_off_the_schema(
     ``positive_data_acceptance``, since a request the schema allows may still name a provider
     that does not exist (422)."""
     keys = set_up(cli)
+    keys["acme"] = cli.json("apikey", "create", "acme", "--scope", "send,read,webhooks")["key"]
     cli.ok("tenant", "set", "acme", "--api-rate", "100000/s")
     with serve(store_url, tmp_path, keys) as served:
         _schemathesis(served, tmp_path)
