@@ -44,7 +44,7 @@ _MOST_RETRY_AFTER_S = 36_000.0
 class CourierSettings:
     concurrency: int = 16  # posts at once, apart from the dispatcher's senders
     batch: int = 64
-    lease_s: float = 60.0
+    lease_s: float = 30.0  # renewed while a post is under way; the engine sets its own
     poll_s: float = 1.0  # longest sleep with nothing due
     reap_s: float = 10.0
     # An endpoint's pace unless it has its own.
@@ -98,14 +98,19 @@ class Courier:
         """Claim and post until cancelled; a store hiccup is logged and tried again. Idle, it
         reads when the soonest event falls due (the first entry of an index) and claims only
         then: no write while nothing is due."""
-        next_reap = self._clock.monotonic()
+        next_reap = next_renew = self._clock.monotonic()
         try:
             while True:
-                wait_s = self.settings.poll_s
+                wait_s = min(self.settings.poll_s, self.settings.lease_s / 3)
                 try:
                     if self._clock.monotonic() >= next_reap:
                         next_reap = self._clock.monotonic() + self.settings.reap_s
                         await self._store.status_events.reap(self._clock.wall())
+                    if self._tasks and self._clock.monotonic() >= next_renew:
+                        next_renew = self._clock.monotonic() + self.settings.lease_s / 3
+                        await self._store.status_events.renew(
+                            self.owner, now=self._clock.wall(), lease_s=self.settings.lease_s
+                        )
                     due_at = await self._store.status_events.next_due()
                     if due_at is not None and due_at <= self._clock.wall():
                         if await self.step():
@@ -208,10 +213,10 @@ class Courier:
         }
         answer = await self._post(endpoint.url, body, headers, endpoint.allow_private)
         if answer.ok:
-            self.delivered += 1
+            await self._finish(event, retry_at=None, answer=answer, delivered=True)
+            self.delivered += 1  # counted once written
             if self._telemetry is not None:
                 self._telemetry.count("events_delivered")
-            await self._finish(event, retry_at=None, answer=answer, delivered=True)
             return
         self.failed += 1
         self.failures[_answer_name(answer)] += 1

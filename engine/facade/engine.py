@@ -198,7 +198,11 @@ class Engine(
                 self.limiter,
                 self.clock,
                 self.worker_id,
-                settings=self.settings.events,
+                # Its leases last as long as the dispatcher's: a dead worker's events come back
+                # as soon as its notifications do.
+                settings=dataclasses.replace(
+                    self.settings.events, lease_s=self.settings.dispatch.lease_s
+                ),
                 post=self.event_post,
                 telemetry=self.telemetry,
             )
@@ -353,8 +357,9 @@ class Engine(
             telemetry.loop_stall_max_s = max(telemetry.loop_stall_max_s, lag_s)
 
     async def run_until_empty(self, *, timeout_s: float | None = None, poll_s: float = 0.2) -> bool:
-        """Wait until no notification is queued or leased (delayed retries included) and every
-        outcome is written. Returns False on timeout or when the engine stopped first."""
+        """Wait until no notification is queued or leased (delayed retries included), every
+        outcome is written and no status event is due or being posted. Returns False on timeout
+        or when the engine stopped first."""
 
         async def empty() -> bool:
             while self.state in (EngineState.RUNNING, EngineState.PAUSED):
@@ -364,7 +369,8 @@ class Engine(
                     for r in depth
                     if r.state in (NotificationState.QUEUED, NotificationState.LEASED)
                 )
-                if not busy and not self.dispatcher.has_pending():
+                idle = not busy and not self.dispatcher.has_pending()
+                if idle and not await self.store.status_events.busy(self.clock.wall()):
                     return True
                 await asyncio.sleep(poll_s)
             return False

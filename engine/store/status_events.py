@@ -221,6 +221,32 @@ class StatusEventsRepo:
 
         return await self._db.write(tx)
 
+    async def renew(self, owner: str, *, now: float, lease_s: float) -> int:
+        """Extend every lease ``owner`` holds (posts under way) to ``now + lease_s``."""
+
+        async def tx(conn: AsyncConnection) -> int:
+            result = await conn.execute(
+                S.update()
+                .where((S.c.state == EventState.LEASED) & (S.c.lease_owner == owner))
+                .values(lease_expires_at=now + lease_s)
+            )
+            return int(result.rowcount)
+
+        return await self._db.write(tx)
+
+    async def busy(self, now: float) -> bool:
+        """Whether an event is due now or being posted: what ``run_until_empty`` waits for
+        (events waiting for a later retry are not)."""
+
+        async def tx(conn: AsyncConnection) -> bool:
+            due = sa.select(S.c.id).where(
+                ((S.c.state == EventState.PENDING) & (S.c.available_at <= now))
+                | (S.c.state == EventState.LEASED)
+            )
+            return (await conn.execute(due.limit(1))).first() is not None
+
+        return await self._db.read(tx)
+
     async def reap(self, now: float) -> int:
         """Leases past their expiry (a courier that died) back to pending; returns how many."""
 
