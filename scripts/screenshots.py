@@ -29,7 +29,7 @@ from PySide6.QtWidgets import QApplication
 from app.console import application, run_on_qt_loop
 from app.demo import DEMO_TENANTS, seed_demo
 from app.wiring import build_engine, build_store
-from engine import BucketKey, Pattern, SecretBox
+from engine import BucketKey, Engine, Pattern, SecretBox
 from ui import Bridge, MainWindow, hush_offscreen_noise
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,6 +67,34 @@ async def plan_what_if(window: MainWindow) -> None:
         raise SystemExit(f"the what-if plan failed: {whatif.message.text()}")
 
 
+async def receiver() -> asyncio.Server:
+    """A loopback application that takes every status event (204), for the webhooks view."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                length = 0
+                for line in head.decode("latin-1").split("\r\n"):
+                    name, _, value = line.partition(":")
+                    if name.strip().lower() == "content-length":
+                        length = int(value)
+                await reader.readexactly(length)
+                writer.write(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    return await asyncio.start_server(serve, "127.0.0.1", 0)
+
+
+async def subscribe(engine: Engine, tenant: str, port: int) -> None:
+    """Two endpoints of ``tenant``: its application, and one that is down (nothing listens)."""
+    url = f"http://127.0.0.1:{port}/omnipost/events"
+    await engine.add_webhook(tenant, url, allow_private=True)
+    down = "http://127.0.0.1:9/events"
+    await engine.add_webhook(tenant, down, events=["dead", "expired"], allow_private=True)
+
+
 async def tour(window: MainWindow, save: Callable[[str], Awaitable[None]]) -> None:
     """Show each view as the README pictures it and ``save`` it under its name."""
     await save("dashboard")
@@ -89,6 +117,13 @@ async def tour(window: MainWindow, save: Callable[[str], Awaitable[None]]) -> No
     window.tabs.setCurrentWidget(window.store_view)
     await window.bridge.prune()
     await save("store")
+    window.tabs.setCurrentWidget(window.webhooks_view)
+    window.webhooks_view.tenant.setText(DEMO_TENANTS[0][0])
+    window.webhooks_view.reload()
+    await asyncio.sleep(0.5)
+    window.webhooks_view.table.selectRow(0)
+    await asyncio.sleep(0.5)
+    await save("webhooks")
     window.tabs.setCurrentWidget(window.dashboard)
     window.follow_system_theme(dark=True)
     await save("dashboard-dark")
@@ -107,6 +142,9 @@ async def shoot(
             engine = build_engine(store, concurrency=32, actor="console:ann@ops")
             await engine.open()
             await seed_demo(engine)
+            application_server = await receiver()
+            port = application_server.sockets[0].getsockname()[1]
+            await subscribe(engine, DEMO_TENANTS[0][0], port)
             bridge = Bridge(engine, seed_demo=seed_demo, interval_ms=250, history_s=120)
             settings = QSettings(str(folder / "console.ini"), QSettings.Format.IniFormat)
             window = MainWindow(bridge, settings)
@@ -131,6 +169,7 @@ async def shoot(
                 saved.append(path)
 
             await tour(window, save)
+            application_server.close()
             await bridge.aclose()
             window.close()
     return saved

@@ -35,7 +35,7 @@ from engine import (
     read_tenant_file,
 )
 from ui.command import command
-from ui.suppression_bridge import SuppressionCommands
+from ui.webhook_bridge import WebhookCommands
 
 __all__ = ["Bridge"]
 
@@ -45,7 +45,7 @@ P = ParamSpec("P")
 DemoSeeder = Callable[[Engine], Awaitable[object]]
 
 
-class Bridge(SuppressionCommands):
+class Bridge(WebhookCommands):
     pruned = Signal(object)  # PruneReport of this console's "prune now"
     test_sent = Signal(str)
     notice = Signal(str)

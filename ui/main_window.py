@@ -34,6 +34,7 @@ from ui.views.simulator import SimulatorView
 from ui.views.store import StoreView
 from ui.views.suppressions import SuppressionsView
 from ui.views.tenants import TenantsView
+from ui.views.webhooks import WebhooksView
 from ui.views.workers import WorkersView
 from ui.widgets import MessageBar
 
@@ -79,6 +80,7 @@ class MainWindow(QMainWindow):
         self.store_view = StoreView(bridge)
         self.apikeys_view = ApiKeysView(bridge)
         self.suppressions_view = SuppressionsView(bridge)
+        self.webhooks_view = WebhooksView(bridge)
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
         for view, title in self.views():
@@ -114,6 +116,7 @@ class MainWindow(QMainWindow):
             (self.store_view, "Store && retention"),
             (self.apikeys_view, "API keys"),
             (self.suppressions_view, "Suppressions"),
+            (self.webhooks_view, "Webhooks"),
         ]
 
     # -- actions and shortcuts -------------------------------------------------------------
