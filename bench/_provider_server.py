@@ -1,5 +1,6 @@
 """What ``bench/providers.py`` sends to: one ASGI app answering as Twilio's Messaging API, Google's
-token endpoint, FCM's send and APNs do when all is well, without checking anything (the tests
+token endpoint, FCM's send and APNs do when all is well (and as an application taking status
+events, ``/events``), without checking anything (the tests
 check; this only answers, as fast as it can). Served by uvicorn (HTTP/1.1) and by hypercorn
 (HTTP/2 over TLS, for APNs)."""
 
@@ -33,6 +34,8 @@ async def app(
         status, body, headers = 200, _FCM, _JSON
     elif path.startswith("/3/device/"):
         status, body, headers = 200, b"", [(b"apns-id", b"bench")]
+    elif path == "/events":  # bench/status_events.py: a tenant's application taking its events
+        status, body, headers = 204, b"", []
     else:
         status, body, headers = 404, b"", []
     await send({"type": "http.response.start", "status": status, "headers": headers})

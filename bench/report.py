@@ -60,6 +60,7 @@ BENCHES: dict[str, tuple[str, list[str], bool]] = {
     "http_api": ("http_api.py", ["--seconds", "10", "--repeat", "2"], True),
     "providers": ("providers.py", ["--count", "3000", "--repeat", "2"], True),
     "lifetimes": ("lifetimes.py", ["--repeat", "3"], True),
+    "status_events": ("status_events.py", ["--repeat", "3"], True),
 }
 # --quick: the same code paths in well under a minute, for checking the scripts, not numbers.
 QUICK: dict[str, list[str]] = {
@@ -95,6 +96,7 @@ QUICK: dict[str, list[str]] = {
     "lifetimes": [
         *("--scheduled", "20000", "--due", "2000", "--together", "2000", "--repeat", "1"),
     ],
+    "status_events": ["--count", "2000", "--repeat", "1"],
 }
 COLORS = {"omnipost": "#2b6cb0", "omnipost_wide": "#63b3ed", "procrastinate": "#dd6b20"}
 COLORS |= {"ceiling": "#718096", "local": "#2b6cb0", "redis": "#c53030"}

@@ -55,7 +55,7 @@ from .core.retention import (
     format_age,
     parse_age,
 )
-from .core.status_events import EVENT_TYPES, EventType, event_names, parse_events
+from .core.status_events import EVENT_TYPES, EventType, event_body, event_names, parse_events
 from .dispatch.dispatcher import DispatcherSettings
 from .dispatch.status_events import CourierSettings
 from .facade.api_keys import API_KEY_SCOPES, parse_scope
@@ -138,12 +138,12 @@ from .store import (
     masked_url,
 )
 from .store.endpoints import EndpointRecord
+from .store.outbox import EndpointHealth, EventRow
 from .store.rotation import (
     RotationProgress,
     RotationReport,
     TableRotation,
 )
-from .store.status_events import EndpointHealth, EventRow
 from .telemetry.figures import (
     Counters,
     Snapshot,
@@ -261,6 +261,7 @@ __all__ = [
     "Unset",
     "Window",
     "WorkerRecord",
+    "event_body",
     "event_names",
     "fmt_limit",
     "format_age",

@@ -22,6 +22,7 @@ from reporting.lifetimes import lifetimes as lifetimes_section
 from reporting.providers import providers as providers_section
 from reporting.sections import Data
 from reporting.startup import startup as startup_section
+from reporting.status_events import status_events as events_section
 from reporting.tenants import tenants as tenants_section
 from reporting.workers import workers as workers_section
 
@@ -72,6 +73,7 @@ def render(
         tenants=section("tenants", tenants_section),
         workers=section("workers", workers_section),
         lifetimes=section("lifetimes", lifetimes_section),
+        status_events=section("status_events", events_section),
         startup=section("startup", startup_section),
         api=section("http_api", api_section),
         providers=section("providers", providers_section),

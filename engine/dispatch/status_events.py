@@ -28,7 +28,7 @@ from engine.providers.endpoint_post import EndpointPoster, PostAnswer
 from engine.providers.webhook import parse_retry_after
 from engine.store import Store
 from engine.store.endpoints import EndpointSecrets
-from engine.store.status_events import DueEvent
+from engine.store.status_events import DueEvent, TryEnd
 from engine.telemetry.figures import Telemetry
 
 __all__ = ["Courier", "CourierSettings", "Post", "event_data"]
@@ -38,12 +38,15 @@ log = logging.getLogger(__name__)
 # url, body, headers, allow_private -> the answer
 Post = Callable[[str, bytes, Mapping[str, str], bool], Awaitable[PostAnswer]]
 _MOST_RETRY_AFTER_S = 36_000.0
+_ENDS_AT_ONCE = 256  # tries' ends written in one transaction
+_GATHER_ENDS_S = 0.5  # how long the first end waits for others to share its write
 
 
 @dataclass(frozen=True, slots=True)
 class CourierSettings:
     concurrency: int = 16  # posts at once, apart from the dispatcher's senders
-    batch: int = 64
+    per_endpoint: int = 4  # posts at once to one endpoint: a slow one holds no more slots
+    batch: int = 128  # events leased ahead of the posts
     lease_s: float = 30.0  # renewed while a post is under way; the engine sets its own
     poll_s: float = 1.0  # longest sleep with nothing due
     reap_s: float = 10.0
@@ -71,19 +74,25 @@ class Courier:
         self._clock = clock
         self.owner = owner
         self.settings = settings or CourierSettings()
-        self._poster = EndpointPoster() if post is None else None
+        self._poster = (
+            EndpointPoster(connections=self.settings.concurrency) if post is None else None
+        )
         self._post = post or self._default_post
         self._endpoints: dict[int, EndpointSecrets] = {}
         self._read_at = -1e18
         self._limits: dict[BucketKey, Limit] = {}
         self._wake = asyncio.Event()
         self._slots = asyncio.Semaphore(self.settings.concurrency)
+        self._lanes: dict[int, asyncio.Semaphore] = {}  # by endpoint id
         self._tasks: set[asyncio.Task[None]] = set()
+        self._roomy = asyncio.Event()  # set when at most half of ``batch`` events are held
         self._telemetry = telemetry
         self.delivered = 0
         self.failed = 0  # tries that failed
         self.failures: Counter[str] = Counter()  # failed tries by answer: "503", "no answer"
         self.disabled: list[tuple[int, str]] = []  # (endpoint, why) this courier disabled
+        self._ends: list[TryEnd] = []  # tries that ended, not written yet
+        self._writer: asyncio.Future[None] | None = None
 
     async def _default_post(
         self, url: str, body: bytes, headers: Mapping[str, str], allow_private: bool
@@ -97,20 +106,18 @@ class Courier:
     async def run(self) -> None:
         """Claim and post until cancelled; a store hiccup is logged and tried again. Idle, it
         reads when the soonest event falls due (the first entry of an index) and claims only
-        then: no write while nothing is due."""
-        next_reap = next_renew = self._clock.monotonic()
+        then: no write while nothing is due. Busy, it claims again once half of what it holds
+        is done: a claim for a few at a time would cost a write transaction each."""
+        renewing = asyncio.ensure_future(self._renew_leases())
+        next_reap = self._clock.monotonic()
         try:
             while True:
-                wait_s = min(self.settings.poll_s, self.settings.lease_s / 3)
+                wait_s = self.settings.poll_s
                 try:
                     if self._clock.monotonic() >= next_reap:
                         next_reap = self._clock.monotonic() + self.settings.reap_s
                         await self._store.status_events.reap(self._clock.wall())
-                    if self._tasks and self._clock.monotonic() >= next_renew:
-                        next_renew = self._clock.monotonic() + self.settings.lease_s / 3
-                        await self._store.status_events.renew(
-                            self.owner, now=self._clock.wall(), lease_s=self.settings.lease_s
-                        )
+                    await self._room()
                     due_at = await self._store.status_events.next_due()
                     if due_at is not None and due_at <= self._clock.wall():
                         if await self.step():
@@ -122,22 +129,51 @@ class Courier:
                 self._wake.clear()
                 await self._clock.wait_for(self._wake, wait_s)
         finally:
+            renewing.cancel()
+            await asyncio.gather(renewing, return_exceptions=True)
             await self.drain()
             if self._poster is not None:
                 await self._poster.aclose()
 
+    async def _room(self) -> None:
+        """Wait until at most half of ``batch`` events are held (posting or waiting to): one
+        wake-up then, not one per post done."""
+        while len(self._tasks) > self.settings.batch // 2:
+            self._roomy.clear()
+            await self._roomy.wait()
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if len(self._tasks) <= self.settings.batch // 2:
+            self._roomy.set()
+
+    async def _renew_leases(self) -> None:
+        """Keep the leases of the events held alive (a post may wait for tokens, or take its
+        15 s), a third of a lease at a time."""
+        every_s = self.settings.lease_s / 3
+        while True:
+            await self._clock.sleep(every_s)
+            if not self._tasks:
+                continue
+            try:
+                await self._store.status_events.renew(
+                    self.owner, now=self._clock.wall(), lease_s=self.settings.lease_s
+                )
+            except OmniPostError as exc:
+                log.warning("status events: %s", exc.message)
+
     async def step(self) -> int:
-        """One claim, its posts started (each waits for its endpoint's token); returns how many
-        were claimed. Waits for a free post slot before claiming."""
-        free = self.settings.concurrency - len(self._tasks)
-        if free <= 0:
-            await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
-            return 1
+        """One claim of up to the room left in ``batch``, its posts started (each waits for a
+        post slot, ``concurrency`` of them, and its endpoint's token); returns how many were
+        claimed."""
+        room = self.settings.batch - len(self._tasks)
+        if room <= 0:
+            return 0
         due = await self._store.status_events.claim(
             self.owner,
             now=self._clock.wall(),
             lease_s=self.settings.lease_s,
-            limit=min(self.settings.batch, free),
+            limit=room,
         )
         if not due:
             return 0
@@ -145,27 +181,32 @@ class Courier:
         for event in due:
             task = asyncio.ensure_future(self._deliver(event))
             self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            task.add_done_callback(self._done)
         return len(due)
 
     async def drain(self) -> None:
-        """Let the posts under way finish (their leases would expire otherwise)."""
+        """Let the posts under way finish and their ends be written (their leases would
+        expire otherwise)."""
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        if self._writer is not None:
+            await asyncio.gather(self._writer, return_exceptions=True)
 
     async def _know(self, endpoint_ids: set[int]) -> None:
+        """Read the endpoints of a claim (their URL, secrets and pace) when not read within
+        ``secrets_refresh_s``: a rotated secret signs from the next claim on."""
         stale = self._clock.monotonic() - self._read_at > self.settings.secrets_refresh_s
-        missing = endpoint_ids - self._endpoints.keys()
-        if not stale and not missing:
+        wanted = endpoint_ids if stale else endpoint_ids - self._endpoints.keys()
+        if not wanted:
             return
         try:
-            found = await self._store.endpoints.secrets(
-                sorted(endpoint_ids | self._endpoints.keys()), self._clock.wall()
-            )
+            found = await self._store.endpoints.secrets(sorted(wanted), self._clock.wall())
         except SecretUnreadable as exc:
             log.error("status events: %s", exc.message)
             return
-        self._endpoints = found
+        for gone in wanted - found.keys():
+            self._endpoints.pop(gone, None)
+        self._endpoints.update(found)
         self._read_at = self._clock.monotonic()
         limits = []
         for endpoint in found.values():
@@ -180,21 +221,26 @@ class Courier:
             await self._limiter.configure_many(limits)
 
     async def _deliver(self, event: DueEvent) -> None:
-        async with self._slots:
+        lane = self._lanes.get(event.endpoint_id)
+        if lane is None:
+            lane = self._lanes[event.endpoint_id] = asyncio.Semaphore(self.settings.per_endpoint)
+        async with lane, self._slots:
             try:
-                await self._try(event)
-            except OmniPostError as exc:  # the finish could not be written: the lease expires
-                log.warning("status event %d: %s", event.id, exc.message)
+                end = await self._try(event)
             except Exception:
-                log.exception("status event %d failed", event.id)
+                log.exception("status event %d failed", event.id)  # its lease expires
+                return
+        if end is not None:
+            self._ended(end)
 
-    async def _try(self, event: DueEvent) -> None:
+    async def _try(self, event: DueEvent) -> TryEnd | None:
+        """Post ``event`` once its endpoint's bucket allows; how the try ended (None: its
+        endpoint was removed since, and its events with it)."""
         endpoint = self._endpoints.get(event.endpoint_id)
-        if endpoint is None:  # removed since (its events went with it): nothing to finish
-            return
-        if not endpoint.enabled:  # disabled since the claim: held when the lease comes back
-            await self._finish(event, retry_at=self._clock.wall(), answer=PostAnswer(None))
-            return
+        if endpoint is None:
+            return None
+        if not endpoint.enabled:  # disabled since the claim: held as soon as it is written
+            return TryEnd(event, False, self._clock.wall(), None, "")
         key = BucketKey.for_endpoint(endpoint.tenant, endpoint.id)
         while True:
             got = await self._limiter.reserve([key], 1)
@@ -213,52 +259,51 @@ class Courier:
         }
         answer = await self._post(endpoint.url, body, headers, endpoint.allow_private)
         if answer.ok:
-            await self._finish(event, retry_at=None, answer=answer, delivered=True)
-            self.delivered += 1  # counted once written
-            if self._telemetry is not None:
-                self._telemetry.count("events_delivered")
-            return
+            return TryEnd(event, True, None, answer.status, "")
         self.failed += 1
         self.failures[_answer_name(answer)] += 1
         if self._telemetry is not None:
             self._telemetry.count("events_failed")
         now = self._clock.wall()
         if answer.status == 410:
-            await self._finish(event, retry_at=now, answer=answer, disable="it answered 410 Gone")
-            return
+            return TryEnd(event, False, now, 410, answer.error, "it answered 410 Gone")
         retry_s = self.settings.retry_s
         if event.tries > len(retry_s):
-            await self._finish(event, retry_at=None, answer=answer)
-            return
+            return TryEnd(event, False, None, answer.status, answer.error)
         wait = retry_s[event.tries - 1]
         if answer.retry_after is not None:
             wait = _retry_after_s(answer.retry_after, now)
-        await self._finish(event, retry_at=now + wait, answer=answer)
+        return TryEnd(event, False, now + wait, answer.status, answer.error)
 
-    async def _finish(
-        self,
-        event: DueEvent,
-        *,
-        retry_at: float | None,
-        answer: PostAnswer,
-        delivered: bool = False,
-        disable: str = "",
-    ) -> None:
-        reason = await self._store.status_events.finish(
-            event,
-            self.owner,
-            delivered=delivered,
-            retry_at=retry_at,
-            status=answer.status,
-            error=answer.error,
-            now=self._clock.wall(),
-            disable_after_s=self.settings.disable_after_s,
-            disable_now=disable,
-        )
-        if reason:
-            log.warning("status events: endpoint %d disabled: %s", event.endpoint_id, reason)
-            self.disabled.append((event.endpoint_id, reason))
-            self._read_at = -1e18  # read its state again before the next post
+    def _ended(self, end: TryEnd) -> None:
+        """Keep ``end`` for the next write of ends: one transaction for all those that ended
+        meanwhile (the store's writer is shared with the dispatcher's)."""
+        self._ends.append(end)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.ensure_future(self._write_ends())
+
+    async def _write_ends(self) -> None:
+        await self._clock.sleep(_GATHER_ENDS_S)  # those ending meanwhile go in the same write
+        while self._ends:
+            ends, self._ends = self._ends[:_ENDS_AT_ONCE], self._ends[_ENDS_AT_ONCE:]
+            try:
+                disabled = await self._store.status_events.finish(
+                    self.owner,
+                    ends,
+                    now=self._clock.wall(),
+                    disable_after_s=self.settings.disable_after_s,
+                )
+            except OmniPostError as exc:  # not written: their leases expire, they go again
+                log.warning("status events: %s", exc.message)
+                continue
+            delivered = sum(1 for end in ends if end.delivered)
+            self.delivered += delivered  # counted once written
+            if self._telemetry is not None and delivered:
+                self._telemetry.count("events_delivered", delivered)
+            for endpoint_id, reason in disabled:
+                log.warning("status events: endpoint %d disabled: %s", endpoint_id, reason)
+                self.disabled.append((endpoint_id, reason))
+                self._read_at = -1e18  # read its state again before the next post
 
 
 def _answer_name(answer: PostAnswer) -> str:

@@ -446,14 +446,14 @@ class Engine(
         failures = tuple(sorted(self.courier.failures.items())) if self.courier else ()
         if not found and not failures:
             return None
-        health = await self.store.status_events.health([e.id for e in found])
+        health = await self.store.outbox.health([e.id for e in found])
         names = {t.id: t.name for t in self.directory.tenants.values()}
         return event_figures(
             found,
             health,
             names,
             now=self.clock.wall(),
-            written=await self.store.status_events.highest_id(),
+            written=await self.store.outbox.highest_id(),
             failures=failures,
         )
 

@@ -21,7 +21,7 @@ from engine.core.status_events import (
 from engine.facade.parts import EngineParts
 from engine.providers.endpoint_post import EndpointPoster, PostAnswer
 from engine.store.endpoints import EndpointRecord
-from engine.store.status_events import EndpointHealth, EventRow
+from engine.store.outbox import EndpointHealth, EventRow
 
 __all__ = ["EndpointView", "NewSecret", "StatusEventsPart"]
 
@@ -84,13 +84,13 @@ class StatusEventsPart(EngineParts):
         """``tenant``'s endpoints, oldest first, each with its outbox's figures."""
         tenant_id, _ = await self._ids(tenant)
         found = await self.store.endpoints.endpoints(tenant_id)
-        health = await self.store.status_events.health([e.id for e in found])
+        health = await self.store.outbox.health([e.id for e in found])
         return [EndpointView(e, health[e.id]) for e in found]
 
     async def all_webhooks(self, *, limit: int = 1000) -> list[tuple[str, EndpointView]]:
         """Every tenant's endpoints with their tenant's name (the console, the metrics)."""
         found = await self.store.endpoints.all_endpoints(limit=limit)
-        health = await self.store.status_events.health([e.id for e in found])
+        health = await self.store.outbox.health([e.id for e in found])
         names = {t.id: t.name for t in self.directory.tenants.values()}
         return [
             (names.get(e.tenant_id, str(e.tenant_id)), EndpointView(e, health[e.id])) for e in found
@@ -171,7 +171,7 @@ class StatusEventsPart(EngineParts):
         """Send ``tenant``'s events since ``since`` (unix s) again, delivered or given up, each
         with its own id; returns how many."""
         tenant_id, _ = await self._ids(tenant)
-        count = await self.store.status_events.replay(
+        count = await self.store.outbox.replay(
             tenant_id,
             since=since,
             endpoint_id=endpoint_id,
@@ -190,6 +190,4 @@ class StatusEventsPart(EngineParts):
         tenant_id, _ = await self._ids(tenant)
         if endpoint_id is not None:
             await self.store.endpoints.endpoint(tenant_id, endpoint_id)
-        return await self.store.status_events.events(
-            tenant_id, endpoint_id=endpoint_id, limit=limit
-        )
+        return await self.store.outbox.events(tenant_id, endpoint_id=endpoint_id, limit=limit)

@@ -215,7 +215,9 @@ class EndpointsRepo:
 
         async def tx(conn: AsyncConnection) -> None:
             found = await endpoint_of(conn, tenant_id, endpoint_id)
-            await conn.execute(S.delete().where(S.c.endpoint_id == endpoint_id))
+            # The tenant's rows (its index), of this endpoint.
+            mine = (S.c.tenant_id == tenant_id) & (S.c.endpoint_id == endpoint_id)
+            await conn.execute(S.delete().where(mine))
             await conn.execute(E.delete().where(E.c.id == endpoint_id))
             detail = {"endpoint": endpoint_id, "url": found.url}
             await write_audit(conn, now, actor, "webhook.remove", tenant_id, detail)

@@ -22,6 +22,7 @@ __all__ = [
     "QUEUED_DUE",
     "SCHEDULED_DUE",
     "STATUS_EVENTS_DUE",
+    "STATUS_EVENTS_FINISHED",
     "STATUS_EVENTS_LEASED",
     "STATUS_EVENTS_UNDELIVERED",
     "WAITING_EXPIRY",
@@ -114,6 +115,15 @@ STATUS_EVENTS_UNDELIVERED = sa.Index(
     postgresql_where=_UNDELIVERED,
 )
 
+# Retention: the events delivered or given up, oldest first; waiting ones need no entry.
+_FINISHED_EVENT = status_events.c.finished_at.is_not(None)
+STATUS_EVENTS_FINISHED = sa.Index(
+    "ix_status_events_finished",
+    status_events.c.finished_at,
+    sqlite_where=_FINISHED_EVENT,
+    postgresql_where=_FINISHED_EVENT,
+)
+
 PARTIAL_INDEXES = (
     QUEUED_DUE,
     LEASED_OWNER,
@@ -124,4 +134,5 @@ PARTIAL_INDEXES = (
     STATUS_EVENTS_DUE,
     STATUS_EVENTS_LEASED,
     STATUS_EVENTS_UNDELIVERED,
+    STATUS_EVENTS_FINISHED,
 )

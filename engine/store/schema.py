@@ -356,8 +356,7 @@ status_events = sa.Table(
     sa.Column("last_error", sa.Text, nullable=True),
     sa.Column("finished_at", sa.Double, nullable=True),
     sa.Column("notification_state", sa.String(16), nullable=True),  # after the change
-    sa.Index(None, "endpoint_id", "id"),
+    # By tenant and time: its listing, its replay, an endpoint's removal (the tenant's rows).
     sa.Index(None, "tenant_id", "occurred_at"),
-    sa.Index(None, "finished_at"),
     sqlite_autoincrement=True,
 )

@@ -19,16 +19,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from engine.core.crypto import SecretBox, mask
 from engine.core.errors import SecretUnreadable
 from engine.core.status_events import EventState
-from engine.store.audit import write_audit
 from engine.store.database import Database
-from engine.store.endpoints import endpoint_of, set_enabled
+from engine.store.endpoints import set_enabled
 from engine.store.schema import event_endpoints, notifications, providers, status_events, tenants
 
 __all__ = [
     "DueEvent",
-    "EndpointHealth",
-    "EventRow",
     "StatusEventsRepo",
+    "TryEnd",
 ]
 
 E, S = event_endpoints, status_events
@@ -55,32 +53,6 @@ class DueEvent:
     error: str | None
     idempotency_key: str | None
     recipient: str | None  # masked, when the notification is still kept
-
-
-@dataclass(frozen=True, slots=True)
-class EventRow:
-    """One event as an operator sees it (``omnipost webhook events``, the console)."""
-
-    id: int
-    endpoint_id: int
-    notification_id: int | None
-    type: str
-    state: str
-    occurred_at: float
-    tries: int
-    available_at: float
-    last_status: int | None
-    last_error: str | None
-    finished_at: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class EndpointHealth:
-    endpoint_id: int
-    pending: int
-    failed: int  # given up
-    held: int
-    oldest_pending_at: float | None
 
 
 class StatusEventsRepo:
@@ -153,73 +125,49 @@ class StatusEventsRepo:
         return await self._db.write(tx)
 
     async def finish(
-        self,
-        event: DueEvent,
-        owner: str,
-        *,
-        delivered: bool,
-        retry_at: float | None,
-        status: int | None,
-        error: str,
-        now: float,
-        disable_after_s: float,
-        disable_now: str = "",
-    ) -> str:
-        """Write one try's end while its lease holds: delivered, due again at ``retry_at``, or
-        (neither) given up. The endpoint's health follows: a delivery clears its failing time;
-        a failure starts it, and disables the endpoint once it has failed every try for
-        ``disable_after_s``, or at once with ``disable_now`` (a 410). Returns the reason it was
-        disabled for, or ``""``."""
-        if delivered:
-            state = EventState.DELIVERED
-        elif retry_at is not None:
-            state = EventState.PENDING
-        else:
-            state = EventState.FAILED
-        values: dict[str, Any] = {
-            "state": state,
-            "lease_owner": None,
-            "lease_expires_at": None,
-            "last_status": status,
-            "last_error": error[:500] or None,
-        }
-        if state is EventState.PENDING:
-            values["available_at"] = retry_at
-        else:
-            values["finished_at"] = now
-        fenced = S.update().where(
-            (S.c.id == event.id)
-            & (S.c.lease_owner == owner)
-            & (S.c.tries == event.tries)
-            & (S.c.state == EventState.LEASED)
-        )
+        self, owner: str, tries: Sequence[TryEnd], *, now: float, disable_after_s: float
+    ) -> list[tuple[int, str]]:
+        """Write the ends of ``tries`` in one transaction, each only while its lease holds
+        (same owner, same try, still leased): delivered, due again at ``retry_at``, or (neither)
+        given up. Each endpoint's health follows: a delivery clears its failing time; a failure
+        starts it, and disables the endpoint once it has failed every try for
+        ``disable_after_s``, or at once with ``disable`` (a 410). Returns the endpoints
+        disabled, with why."""
+        ordered = sorted(tries, key=lambda e: e.event.id)
+        rows = [_end_row(end, owner, now) for end in ordered]
 
-        async def tx(conn: AsyncConnection) -> str:
-            if not (await conn.execute(fenced.values(values))).rowcount:
-                return ""
-            endpoint = E.c.id == event.endpoint_id
-            if delivered:
+        async def tx(conn: AsyncConnection) -> list[tuple[int, str]]:
+            if not self._db.is_sqlite:  # one statement over arrays, answering what it wrote
+                found = await conn.exec_driver_sql(_PG_FINISH, _pg_arrays(rows, owner))
+                written_ids = {row[0] for row in found}
+                done = [end for end in ordered if end.event.id in written_ids]
+            # SQLite: one executemany (one trip to its thread); only when some lease did not
+            # hold (another courier took the event over) is each row looked at again.
+            elif (await conn.execute(_FINISH, rows)).rowcount == len(rows):
+                done = ordered
+            else:
+                done = [end for end in ordered if await _holds_end(conn, end, now)]
+            healthy = sorted({e.event.endpoint_id for e in done if e.delivered})
+            if healthy:
                 await conn.execute(
                     E.update()
-                    .where(endpoint & E.c.failing_since.is_not(None))
+                    .where(E.c.id.in_(healthy) & E.c.failing_since.is_not(None))
                     .values(failing_since=None)
                 )
-                return ""
-            await conn.execute(
-                E.update().where(endpoint & E.c.failing_since.is_(None)).values(failing_since=now)
-            )
-            reason = disable_now
-            if not reason:
-                since = (await conn.execute(sa.select(E.c.failing_since).where(endpoint))).scalar()
-                if since is not None and now - since >= disable_after_s:
-                    reason = f"every delivery failed for {_duration(now - since)}"
-            if reason and await set_enabled(
-                conn, None, event.endpoint_id, False, reason, now, "courier"
-            ):
-                return reason
-            return ""
+            failing: dict[int, str] = {}
+            for end in done:
+                if not end.delivered and not failing.get(end.event.endpoint_id):
+                    failing[end.event.endpoint_id] = end.disable
+            disabled = []
+            for endpoint_id, disable in sorted(failing.items()):
+                reason = await _failing(conn, endpoint_id, disable, now, disable_after_s)
+                if reason and await set_enabled(
+                    conn, None, endpoint_id, False, reason, now, "courier"
+                ):
+                    disabled.append((endpoint_id, reason))
+            return disabled
 
-        return await self._db.write(tx)
+        return await self._db.write(tx) if tries else []
 
     async def renew(self, owner: str, *, now: float, lease_s: float) -> int:
         """Extend every lease ``owner`` holds (posts under way) to ``now + lease_s``."""
@@ -270,138 +218,6 @@ class StatusEventsRepo:
 
         return await self._db.write(tx)
 
-    async def replay(
-        self,
-        tenant_id: int,
-        *,
-        since: float,
-        endpoint_id: int | None,
-        now: float,
-        actor: str,
-    ) -> int:
-        """Send the tenant's events since ``since`` (delivered or given up) again, with their
-        ids (a receiver that keeps them sees repeats); returns how many. Events of a disabled
-        endpoint wait until it is enabled."""
-
-        async def tx(conn: AsyncConnection) -> int:
-            cond = (
-                (S.c.tenant_id == tenant_id)
-                & (S.c.occurred_at >= since)
-                & S.c.state.in_([EventState.DELIVERED, EventState.FAILED])
-            )
-            if endpoint_id is not None:
-                await endpoint_of(conn, tenant_id, endpoint_id)
-                cond &= S.c.endpoint_id == endpoint_id
-            enabled = sa.select(E.c.id).where(E.c.disabled_at.is_(None)).scalar_subquery()
-            state = sa.case(
-                (S.c.endpoint_id.in_(enabled), EventState.PENDING), else_=EventState.HELD
-            )
-            result = await conn.execute(
-                S.update()
-                .where(cond)
-                .values(state=state, tries=0, available_at=now, finished_at=None)
-            )
-            replayed = int(result.rowcount)
-            detail = {"since": since, "events": replayed}
-            if endpoint_id is not None:
-                detail["endpoint"] = endpoint_id
-            await write_audit(conn, now, actor, "webhook.replay", tenant_id, detail)
-            return replayed
-
-        return await self._db.write(tx)
-
-    async def health(self, endpoint_ids: Sequence[int]) -> dict[int, EndpointHealth]:
-        """Each endpoint's events not delivered, by state, and the oldest waiting: read along
-        the partial index of those (``ix_status_events_undelivered``), so the cost follows what
-        waits or was given up (which retention prunes), never the events delivered."""
-
-        async def tx(conn: AsyncConnection) -> dict[int, EndpointHealth]:
-            if not endpoint_ids:
-                return {}
-            query = (
-                sa.select(S.c.endpoint_id, S.c.state, sa.func.count(), sa.func.min(S.c.occurred_at))
-                .where(
-                    S.c.endpoint_id.in_(list(endpoint_ids)) & (S.c.state != EventState.DELIVERED)
-                )
-                .group_by(S.c.endpoint_id, S.c.state)
-            )
-            counts: dict[int, dict[str, tuple[int, float | None]]] = {}
-            for eid, state, n, oldest in await conn.execute(query):
-                counts.setdefault(eid, {})[state] = (int(n), oldest)
-            found = {}
-            for eid in endpoint_ids:
-                by = counts.get(eid, {})
-                waiting = [by[s] for s in (EventState.PENDING, EventState.LEASED) if s in by]
-                oldest = min((o for _, o in waiting if o is not None), default=None)
-                found[eid] = EndpointHealth(
-                    eid,
-                    sum(n for n, _ in waiting),
-                    by.get(EventState.FAILED, (0, None))[0],
-                    by.get(EventState.HELD, (0, None))[0],
-                    oldest,
-                )
-            return found
-
-        return await self._db.read(tx)
-
-    async def events(
-        self, tenant_id: int, *, endpoint_id: int | None = None, limit: int = 50
-    ) -> list[EventRow]:
-        """The tenant's newest events (or one endpoint's), newest first."""
-
-        async def tx(conn: AsyncConnection) -> list[EventRow]:
-            cond = S.c.tenant_id == tenant_id
-            if endpoint_id is not None:
-                cond &= S.c.endpoint_id == endpoint_id
-            query = (
-                sa.select(
-                    S.c.id,
-                    S.c.endpoint_id,
-                    S.c.notification_id,
-                    S.c.type,
-                    S.c.state,
-                    S.c.occurred_at,
-                    S.c.tries,
-                    S.c.available_at,
-                    S.c.last_status,
-                    S.c.last_error,
-                    S.c.finished_at,
-                )
-                .where(cond)
-                .order_by(S.c.id.desc())
-                .limit(limit)
-            )
-            return [EventRow(*r) for r in await conn.execute(query)]
-
-        return await self._db.read(tx)
-
-    async def prune(self, before: float, *, limit: int = 10_000) -> int:
-        """Finished events (delivered or given up) older than ``before``, at most ``limit`` of
-        them, deleted; returns how many."""
-
-        async def tx(conn: AsyncConnection) -> int:
-            old = (
-                sa.select(S.c.id)
-                .where(
-                    (S.c.finished_at < before)
-                    & S.c.state.in_([EventState.DELIVERED, EventState.FAILED])
-                )
-                .limit(limit)
-                .scalar_subquery()
-            )
-            return int((await conn.execute(S.delete().where(S.c.id.in_(old)))).rowcount)
-
-        return await self._db.write(tx)
-
-    async def highest_id(self) -> int:
-        """The newest event's id (the primary key's last entry): how many were ever written,
-        give or take the ids of transactions rolled back (a Postgres sequence skips them)."""
-
-        async def tx(conn: AsyncConnection) -> int:
-            return int((await conn.execute(sa.select(sa.func.max(S.c.id)))).scalar() or 0)
-
-        return await self._db.read(tx)
-
 
 def _due(r: Any, recipient: str | None) -> DueEvent:
     kind = str(r.type)
@@ -424,6 +240,98 @@ def _due(r: Any, recipient: str | None) -> DueEvent:
         idempotency_key=r.idempotency_key,
         recipient=recipient,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class TryEnd:
+    """How one try of ``event`` ended: delivered, due again at ``retry_at``, or given up."""
+
+    event: DueEvent
+    delivered: bool
+    retry_at: float | None
+    status: int | None
+    error: str
+    disable: str = ""  # disable the endpoint at once, for this reason (a 410)
+
+
+_FINISH = (
+    S.update()
+    .where(
+        (S.c.id == sa.bindparam("f_id"))
+        & (S.c.lease_owner == sa.bindparam("f_owner"))
+        & (S.c.tries == sa.bindparam("f_tries"))
+        & (S.c.state == EventState.LEASED)
+    )
+    .values(
+        state=sa.bindparam("f_state"),
+        lease_owner=None,
+        lease_expires_at=None,
+        last_status=sa.bindparam("f_status"),
+        last_error=sa.bindparam("f_error"),
+        available_at=sa.func.coalesce(sa.bindparam("f_retry_at"), S.c.available_at),
+        finished_at=sa.bindparam("f_finished_at"),
+    )
+)
+
+
+_PG_FINISH = """
+UPDATE status_events AS s
+SET state = u.state, lease_owner = NULL, lease_expires_at = NULL, last_status = u.status,
+    last_error = u.error, available_at = COALESCE(u.retry_at, s.available_at),
+    finished_at = u.finished_at
+FROM unnest($1::bigint[], $2::integer[], $3::text[], $4::integer[], $5::text[], $6::float8[],
+            $7::float8[]) AS u(id, tries, state, status, error, retry_at, finished_at)
+WHERE s.id = u.id AND s.tries = u.tries AND s.lease_owner = $8 AND s.state = 'leased'
+RETURNING s.id
+"""
+
+
+def _pg_arrays(rows: Sequence[dict[str, Any]], owner: str) -> tuple[Any, ...]:
+    columns = ("f_id", "f_tries", "f_state", "f_status", "f_error", "f_retry_at", "f_finished_at")
+    return (*([row[c] for row in rows] for c in columns), owner)
+
+
+async def _holds_end(conn: AsyncConnection, end: TryEnd, now: float) -> bool:
+    """Whether ``end`` was written: its row left ``leased`` for the state the end says, at this
+    try (a row another courier leased since is at a later try)."""
+    query = sa.select(S.c.state, S.c.tries).where(S.c.id == end.event.id)
+    found = (await conn.execute(query)).first()
+    return found is not None and found.tries == end.event.tries and found.state != "leased"
+
+
+def _end_row(end: TryEnd, owner: str, now: float) -> dict[str, Any]:
+    if end.delivered:
+        state = EventState.DELIVERED
+    elif end.retry_at is not None:
+        state = EventState.PENDING
+    else:
+        state = EventState.FAILED
+    return {
+        "f_id": end.event.id,
+        "f_owner": owner,
+        "f_tries": end.event.tries,
+        "f_state": state.value,
+        "f_status": end.status,
+        "f_error": end.error[:500] or None,
+        "f_retry_at": end.retry_at if state is EventState.PENDING else None,
+        "f_finished_at": None if state is EventState.PENDING else now,
+    }
+
+
+async def _failing(
+    conn: AsyncConnection, endpoint_id: int, disable: str, now: float, disable_after_s: float
+) -> str:
+    """Note a failed try of the endpoint; why it must be disabled now, or ``""``."""
+    endpoint = E.c.id == endpoint_id
+    await conn.execute(
+        E.update().where(endpoint & E.c.failing_since.is_(None)).values(failing_since=now)
+    )
+    if disable:
+        return disable
+    since = (await conn.execute(sa.select(E.c.failing_since).where(endpoint))).scalar()
+    if since is not None and now - since >= disable_after_s:
+        return f"every delivery failed for {_duration(now - since)}"
+    return ""
 
 
 def _duration(seconds: float) -> str:

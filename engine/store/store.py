@@ -22,6 +22,7 @@ from engine.store.endpoints import EndpointsRepo
 from engine.store.lifetimes import LifetimesRepo
 from engine.store.maintenance import MaintenanceRepo
 from engine.store.notify import listen
+from engine.store.outbox import OutboxRepo
 from engine.store.overview import OverviewReads
 from engine.store.queue import QueueRepo
 from engine.store.requests import RequestRepo
@@ -72,7 +73,8 @@ class Store:
         self.requests = RequestRepo(self._db)  # the HTTP API's idempotency keys
         self.suppressions = SuppressionRepo(self._db, box)  # each tenant's suppression list
         self.endpoints = EndpointsRepo(self._db, box)  # each tenant's for status events
-        self.status_events = StatusEventsRepo(self._db, box)  # the outbox of events to them
+        self.status_events = StatusEventsRepo(self._db, box)  # the outbox, as couriers use it
+        self.outbox = OutboxRepo(self._db)  # the outbox, as operators see it
 
     @property
     def dialect(self) -> str:

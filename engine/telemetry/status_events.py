@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from engine.store.endpoints import EndpointRecord
-from engine.store.status_events import EndpointHealth
+from engine.store.outbox import EndpointHealth
 
 __all__ = ["EndpointFigures", "EventFigures", "event_figures"]
 

@@ -95,6 +95,7 @@ async def test_migrated_schema_matches_the_metadata(store_url: str, box: SecretB
         "ix_notifications_scheduled_due",
         "ix_notifications_waiting_expiry",
         "ix_status_events_due",
+        "ix_status_events_finished",
         "ix_status_events_lease",
         "ix_status_events_undelivered",
     ]

@@ -243,11 +243,17 @@ def upgrade() -> None:
         sqlite_where=undelivered,
         postgresql_where=undelivered,
     )
-    op.create_index("ix_status_events_endpoint_id_id", "status_events", ["endpoint_id", "id"])
     op.create_index(
         "ix_status_events_tenant_id_occurred_at", "status_events", ["tenant_id", "occurred_at"]
     )
-    op.create_index("ix_status_events_finished_at", "status_events", ["finished_at"])
+    finished = sa.text("finished_at IS NOT NULL")
+    op.create_index(
+        "ix_status_events_finished",
+        "status_events",
+        ["finished_at"],
+        sqlite_where=finished,
+        postgresql_where=finished,
+    )
     sqlite = op.get_bind().dialect.name == "sqlite"
     for statement in _sqlite_triggers() if sqlite else _postgres_triggers():
         op.execute(statement)
