@@ -186,6 +186,10 @@ def _dead_repair(*, retry: bool) -> Command:
     return command
 
 
+def _duration_or_none(text: str | None, what: str) -> float | None:
+    return None if text is None else parse_duration(text, what=what)
+
+
 def _worker(a: argparse.Namespace, ctx: Context) -> Coroutine[Any, Any, int]:
     return commands.run.worker(
         ctx,
@@ -193,6 +197,9 @@ def _worker(a: argparse.Namespace, ctx: Context) -> Coroutine[Any, Any, int]:
             concurrency=a.concurrency,
             lease_s=a.lease_s,
             prefetch=a.prefetch,
+            webhooks_disabled_after_s=_duration_or_none(
+                a.disable_webhooks_after, "--disable-webhooks-after"
+            ),
             until_empty=a.until_empty,
             duration_s=a.duration,
             quiet=a.quiet,

@@ -248,6 +248,11 @@ def _run_parsers(sub: Any, common: _Parser) -> None:
         " (default: one batch, 32; 0: none)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument(
+        "--disable-webhooks-after",
+        metavar="DURATION",
+        help="disable a status-event endpoint whose every delivery failed this long (default 5d)",
+    )
     redis_arg(p)
     metrics_args(p)
     p.add_argument(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from engine import (
     BUILTIN_KINDS,
     ConfigError,
@@ -30,12 +32,16 @@ def build_engine(
     prefetch: int | None = None,
     actor: str = "cli",
     redis_url: str | None = None,
+    webhooks_disabled_after_s: float | None = None,
 ) -> Engine:
     """An engine on ``store``; its buckets live in Redis at ``redis_url`` when one is given
     (shared by every process there), else in this process."""
     clock = SystemClock()
     dispatch = DispatcherSettings(concurrency=concurrency, lease_s=lease_s, prefetch=prefetch)
     settings = EngineSettings(dispatch=dispatch)
+    if webhooks_disabled_after_s is not None and settings.events is not None:
+        events = dataclasses.replace(settings.events, disable_after_s=webhooks_disabled_after_s)
+        settings = dataclasses.replace(settings, events=events)
     limiter: Limiter = LocalLimiter(clock)
     if redis_url:
         try:

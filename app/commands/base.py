@@ -20,6 +20,7 @@ async def open_engine(
     lease_s: float = 30.0,
     prefetch: int | None = None,
     redis_url: str | None = None,
+    webhooks_disabled_after_s: float | None = None,
 ) -> AsyncIterator[Engine]:
     """An opened engine on ``ctx``'s store (not dispatching until started), closed after."""
     async with build_store(ctx.db_url, ctx.box) as store:
@@ -30,6 +31,7 @@ async def open_engine(
             prefetch=prefetch,
             actor=actor("cli"),
             redis_url=redis_url,
+            webhooks_disabled_after_s=webhooks_disabled_after_s,
         )
         async with engine:
             yield engine

@@ -36,6 +36,8 @@ class WorkerRun:
     redis_url: str | None = None
     metrics: MetricsAddress | None = None  # where to serve Prometheus metrics, if anywhere
     serve_port: int | None = None  # where to serve the HTTP API too, if anywhere
+    # An endpoint failing every status event this long is disabled (None: five days).
+    webhooks_disabled_after_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +67,7 @@ async def worker(ctx: Context, run: WorkerRun) -> int:
             lease_s=run.lease_s,
             prefetch=run.prefetch,
             redis_url=run.redis_url,
+            webhooks_disabled_after_s=run.webhooks_disabled_after_s,
         ) as engine,
         metrics.following(functools.partial(engine.snapshot, view=METRICS_VIEW)),
         serving.on(engine) as api_url,

@@ -113,6 +113,7 @@ class Courier:
         try:
             while True:
                 wait_s = self.settings.poll_s
+                self._wake.clear()  # before the reads: a wake-up after them ends the wait
                 try:
                     if self._clock.monotonic() >= next_reap:
                         next_reap = self._clock.monotonic() + self.settings.reap_s
@@ -126,7 +127,6 @@ class Courier:
                         wait_s = min(wait_s, due_at - self._clock.wall())
                 except OmniPostError as exc:
                     log.warning("status events: %s", exc.message)
-                self._wake.clear()
                 await self._clock.wait_for(self._wake, wait_s)
         finally:
             renewing.cancel()
@@ -296,6 +296,8 @@ class Courier:
             except OmniPostError as exc:  # not written: their leases expire, they go again
                 log.warning("status events: %s", exc.message)
                 continue
+            if any(end.retry_at is not None for end in ends):
+                self._wake.set()  # its sleep was set before these were due again
             delivered = sum(1 for end in ends if end.delivered)
             self.delivered += delivered  # counted once written
             if self._telemetry is not None and delivered:

@@ -101,3 +101,36 @@ async def test_a_dead_couriers_leases_come_back(
     assert await store.status_events.reap(clock.wall() + 31) == 1
     [again] = await store.status_events.claim("next", now=clock.wall() + 31, lease_s=30, limit=5)
     assert (again.id, again.tries) == (taken.id, 2)
+
+
+@pytest.mark.slow
+async def test_an_endpoint_failing_every_try_for_its_time_is_disabled(
+    engines: VirtualEngines, clock: FakeClock
+) -> None:
+    """Failing for ``disable_after_s`` (ten minutes here, tries 5 s, 1 min and 10 min apart;
+    ``omnipost worker --disable-webhooks-after``): disabled at the first failed try past it,
+    its events held."""
+    poster = EndpointPoster()
+    async with ScriptedServer({"/hook": [Reply(503)]}) as receiver:
+        engine = await engines.open(
+            EngineSettings(
+                events=CourierSettings(disable_after_s=600, poll_s=30, retry_s=(5, 60, 600, 3600))
+            )
+        )
+        engine.event_post = _busy_post(clock, poster)
+        await engine.add_tenant("acme")
+        await engine.add_provider("p", "scripted")
+        made = await engine.add_webhook("acme", receiver.url("/hook"), allow_private=True)
+        view_id = made.endpoint.id
+        await engine.start()
+        await engine.enqueue("acme", "p", "a@example.com", send_at=clock.wall() + 86400)
+        courier = engine.courier
+        assert courier is not None
+        await until(clock, lambda: bool(courier.disabled), within_s=2_000, step_s=5.0)
+        await poster.aclose()
+    [(endpoint_id, why)] = courier.disabled
+    assert endpoint_id == view_id
+    assert why == "every delivery failed for 665 s"  # 5 + 60 + 600 s after the first try
+    [view] = await engine.webhooks("acme")
+    assert view.endpoint.disabled_reason == why and view.health.held == 1
+    assert len(receiver.seen("/hook")) == 4

@@ -29,6 +29,7 @@ from engine import (
     Store,
     SystemClock,
 )
+from testkit.envelope import check_envelope
 from testkit.scripted import Script
 from testkit.servers import Reply, Request, ScriptedServer
 
@@ -316,3 +317,22 @@ async def test_key_rotation_re_encrypts_the_signing_secrets(
     by_table = {t.table: t.checked for t in checked.tables}
     assert by_table["event_endpoints"] == 1
     assert by_table["event_endpoints (old secrets)"] == 1
+
+
+async def test_an_endpoint_gets_its_events_within_its_own_envelope(
+    engine: Engine, receiver: ScriptedServer
+) -> None:
+    """Its bucket, not the tenant's or a provider's: 30 events to an endpoint at 10/s, burst 3,
+    arrive at the receiver within ``burst + rate * (W + 0.02) + 1`` in every window, and close
+    to it (they were all due at once)."""
+    await engine.add_webhook(
+        "acme", receiver.url("/hook"), allow_private=True, rate_per_s=10, burst=3
+    )
+    await engine.start()
+    later = engine.clock.wall() + 3600
+    for n in range(30):
+        await engine.enqueue("acme", "p", f"u{n}@example.com", send_at=later)
+    await until(lambda: len(receiver.seen("/hook")) == 30, within_s=20)
+    arrived = [r.at for r in receiver.seen("/hook")]
+    most = check_envelope(arrived, 10, 3, (0.5, 1.0, 2.0), lag_s=0.02)
+    assert most[2.0] >= 20  # paced, not trickled: 3 + 10 * 2 allowed
