@@ -63,7 +63,9 @@ SnapshotSource = Callable[[], Awaitable[Snapshot]]
 
 # What a scrape shows: the store-wide totals per state (read every 5 s), the 20 deepest
 # tenants' queues, and the emptiest and busiest 16 buckets among those taken from lately.
-METRICS_VIEW = SnapshotView(emptiest=16, busiest=16, matched=0, deepest=20, totals_every_s=5.0)
+METRICS_VIEW = SnapshotView(
+    emptiest=16, busiest=16, matched=0, deepest=20, totals_every_s=5.0, events=True
+)
 
 
 # -- from a snapshot to metric families --------------------------------------------------------

@@ -17,6 +17,7 @@ import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from engine.core.clock import Clock
 from engine.core.domain import BucketKey, Limit
@@ -24,19 +25,20 @@ from engine.core.errors import OmniPostError, SecretUnreadable
 from engine.core.present import rfc3339
 from engine.core.status_events import EVENT_RETRY_S, event_body, signature_header
 from engine.limits.limiter import Limiter
-from engine.providers.endpoint_post import EndpointPoster, PostAnswer
-from engine.providers.webhook import parse_retry_after
 from engine.store import Store
 from engine.store.endpoints import EndpointSecrets
 from engine.store.status_events import DueEvent, TryEnd
 from engine.telemetry.figures import Telemetry
+
+if TYPE_CHECKING:  # the HTTP machinery loads when a courier first posts
+    from engine.providers.endpoint_post import EndpointPoster, PostAnswer
 
 __all__ = ["Courier", "CourierSettings", "Post", "event_data"]
 
 log = logging.getLogger(__name__)
 
 # url, body, headers, allow_private -> the answer
-Post = Callable[[str, bytes, Mapping[str, str], bool], Awaitable[PostAnswer]]
+Post = Callable[[str, bytes, Mapping[str, str], bool], Awaitable["PostAnswer"]]
 _MOST_RETRY_AFTER_S = 36_000.0
 _ENDS_AT_ONCE = 256  # tries' ends written in one transaction
 _GATHER_ENDS_S = 0.5  # how long the first end waits for others to share its write
@@ -74,9 +76,7 @@ class Courier:
         self._clock = clock
         self.owner = owner
         self.settings = settings or CourierSettings()
-        self._poster = (
-            EndpointPoster(connections=self.settings.concurrency) if post is None else None
-        )
+        self._poster: EndpointPoster | None = None  # made on the first post, without ``post``
         self._post = post or self._default_post
         self._endpoints: dict[int, EndpointSecrets] = {}
         self._read_at = -1e18
@@ -97,7 +97,10 @@ class Courier:
     async def _default_post(
         self, url: str, body: bytes, headers: Mapping[str, str], allow_private: bool
     ) -> PostAnswer:
-        assert self._poster is not None
+        if self._poster is None:
+            from engine.providers.endpoint_post import EndpointPoster
+
+            self._poster = EndpointPoster(connections=self.settings.concurrency)
         return await self._poster.post(url, body, headers, allow_private=allow_private)
 
     def wake(self) -> None:
@@ -316,6 +319,8 @@ def _answer_name(answer: PostAnswer) -> str:
 
 def _retry_after_s(value: str, now: float) -> float:
     """An endpoint's ``Retry-After`` (seconds, or an HTTP date), at most 10 hours."""
+    from engine.providers.webhook import parse_retry_after
+
     text = value.strip()
     if text.isdigit():
         return min(float(text), _MOST_RETRY_AFTER_S)

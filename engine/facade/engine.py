@@ -489,7 +489,7 @@ class Engine(
             queue=read.queue,
             deepest=read.deepest,
         )
-        return await self._with_events(snap)
+        return await self._with_events(snap) if view.events else snap
 
     # -- simulation -------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ when it is made; every change is audited, never with a secret."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from engine.core.errors import ConfigError
 from engine.core.present import rfc3339
@@ -19,9 +20,11 @@ from engine.core.status_events import (
     signature_header,
 )
 from engine.facade.parts import EngineParts
-from engine.providers.endpoint_post import EndpointPoster, PostAnswer
 from engine.store.endpoints import EndpointRecord
 from engine.store.outbox import EndpointHealth, EventRow
+
+if TYPE_CHECKING:  # the HTTP machinery loads when a test event is first posted
+    from engine.providers.endpoint_post import PostAnswer
 
 __all__ = ["EndpointView", "NewSecret", "StatusEventsPart"]
 
@@ -154,6 +157,8 @@ class StatusEventsPart(EngineParts):
             ),
             "User-Agent": "OmniPost status events",
         }
+        from engine.providers.endpoint_post import EndpointPoster
+
         poster = EndpointPoster()
         try:
             answer = await poster.post(

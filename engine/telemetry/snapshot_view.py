@@ -24,7 +24,8 @@ class SnapshotView:
     notifications per state alone, one sum per state over the kept counts, with nothing read
     per tenant: the view of a progress line, ``BRIEF_VIEW``); ``totals_every_s``: how stale the
     totals (and the overview's deepest tenants) may be, since reading them scans the kept
-    counts.
+    counts; ``events``: the status events' outbox per endpoint too (the metrics' view), read at
+    most every five seconds.
     """
 
     emptiest: int = 8
@@ -36,6 +37,7 @@ class SnapshotView:
     deepest: int = 8
     totals_every_s: float = 5.0
     fill_bins: int = 0
+    events: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -211,6 +211,7 @@ def test_prune_dry_run_then_for_real(cli: Cli) -> None:
         "suppressed": 0,
         "suppressions": 0,
         "expired": 0,
+        "status_events": 0,
     }
 
     assert cli.json("prune", "--dry-run") == {**expected, "freed_bytes": 0, "dry_run": True}
@@ -240,6 +241,7 @@ def test_prune_dry_run_then_for_real(cli: Cli) -> None:
     assert again == {
         "delivered": 0, "dead": 0, "cancelled": 0, "delivery_log": 0, "audit_log": 0,
         "api_requests": 0, "suppressed": 0, "suppressions": 0, "expired": 0,
+        "status_events": 0,
         "freed_bytes": 0, "dry_run": False,
     }  # fmt: skip
     text = cli.ok("prune").splitlines()
@@ -256,6 +258,7 @@ def test_forever_keeps_everything(cli: Cli) -> None:
     assert cli.json("prune") == {
         "delivered": 0, "dead": 0, "cancelled": 0, "delivery_log": 0, "audit_log": 0,
         "api_requests": 0, "suppressed": 0, "suppressions": 0, "expired": 0,
+        "status_events": 0,
         "freed_bytes": 0, "dry_run": False,
     }  # fmt: skip
     cli.ok("retention", "set", "--dead", "1w")  # now only the old dead letter goes
