@@ -266,6 +266,19 @@ async def wait_delivered(engine: Engine, count: int, *, timeout_s: float) -> boo
     return True
 
 
+async def drain_rate(engine: Engine, count: int) -> float:
+    """Start ``engine``, wait for ``count`` deliveries and stop it; deliveries per second."""
+    started = time.perf_counter()
+    await engine.start()
+    while engine.telemetry.totals().delivered < count:
+        if engine.failure:
+            raise RuntimeError(engine.failure)
+        await asyncio.sleep(0.01)
+    rate = count / (time.perf_counter() - started)
+    await engine.stop()
+    return rate
+
+
 def log_level_warning() -> None:
     """Keep library loggers (procrastinate logs every job at INFO) quiet and cheap."""
     import logging

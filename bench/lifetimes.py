@@ -29,6 +29,7 @@ from typing import Any
 
 from _common import (
     asyncpg_dsn,
+    drain_rate,
     emit,
     fresh_pg,
     log_level_warning,
@@ -107,19 +108,6 @@ async def _settle(store: Store) -> None:
             await conn.close()
 
 
-async def _drain(engine: Engine, count: int) -> float:
-    """Start ``engine`` and wait for ``count`` deliveries; returns deliveries per second."""
-    started = time.perf_counter()
-    await engine.start()
-    while engine.telemetry.totals().delivered < count:
-        if engine.failure:
-            raise RuntimeError(engine.failure)
-        await asyncio.sleep(0.01)
-    rate = count / (time.perf_counter() - started)
-    await engine.stop()
-    return rate
-
-
 def _worker_rss_mb(url: str, key: str, seconds: float = 6.0) -> float | None:
     """Run ``omnipost worker`` over ``url`` for ``seconds``; its peak resident set."""
     env = clean_env(Path(tempfile.mkdtemp(prefix="omnipost-lifetimes-")), OMNIPOST_KEYS=key)
@@ -158,7 +146,7 @@ async def drain_side_by_side(
             for label, store in (("empty", empty), ("scheduled", later)):
                 async with _engine(store) as engine:
                     await _enqueue(engine, due, f"due{run}")
-                    rates[label].append(await _drain(engine, due))
+                    rates[label].append(await drain_rate(engine, due))
     for label, got in rates.items():
         found[f"{label}_per_s"] = spread(got, 0)
     found["ratio"] = round(

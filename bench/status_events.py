@@ -34,7 +34,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _common import emit, fresh_pg, log_level_warning, open_store, parser, pg_reachable, spread
+from _common import (
+    drain_rate,
+    emit,
+    fresh_pg,
+    log_level_warning,
+    open_store,
+    parser,
+    pg_reachable,
+    spread,
+)
 
 from engine import (
     BUILTIN_KINDS,
@@ -50,6 +59,7 @@ from engine import (
     event_body,
     rfc3339,
 )
+from testkit.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 TENANTS = 100
@@ -57,19 +67,11 @@ CHUNK = 1000
 WEEK_S = 7 * 86_400.0
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Application:
     """The bare application: uvicorn serving ``_provider_server:app`` in its own process."""
 
     def __init__(self) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -136,19 +138,6 @@ async def _enqueue(engine: Engine, count: int, tenants: int, tag: str) -> None:
             await engine.enqueue_many(f"t{t:03d}", items)
 
 
-async def _drain(engine: Engine, count: int) -> float:
-    """Start ``engine`` and wait for ``count`` deliveries; deliveries per second."""
-    started = time.perf_counter()
-    await engine.start()
-    while engine.telemetry.totals().delivered < count:
-        if engine.failure:
-            raise RuntimeError(engine.failure)
-        await asyncio.sleep(0.01)
-    rate = count / (time.perf_counter() - started)
-    await engine.stop()
-    return rate
-
-
 async def drain_side_by_side(
     urls: tuple[str, str], hook: str, count: int, repeat: int
 ) -> dict[str, Any]:
@@ -165,7 +154,7 @@ async def drain_side_by_side(
             for label, store in (("without", bare), ("with", hooked)):
                 async with _engine(store) as engine:
                     await _enqueue(engine, count, 1, f"run{run}")
-                    rates[label].append(await _drain(engine, count))
+                    rates[label].append(await drain_rate(engine, count))
         waiting = await _rows(hooked, "state <> 'delivered'")
     return {
         "notifications": count,
@@ -183,7 +172,7 @@ async def events_beside_a_client(url: str, hook: str, count: int) -> dict[str, A
         async with _engine(store, courier=False) as engine:
             await _setup(engine, TENANTS, hook, 100_000.0)
             await _enqueue(engine, count, TENANTS, "events")
-            await _drain(engine, count)
+            await drain_rate(engine, count)
         async with _engine(store) as engine:
             started = time.perf_counter()
             await engine.start()

@@ -33,7 +33,6 @@ __all__ = [
     "EventState",
     "EventType",
     "check_endpoint_url",
-    "event_bits",
     "event_body",
     "event_names",
     "new_secret",
@@ -41,6 +40,7 @@ __all__ = [
     "refused_address",
     "sign",
     "signature_header",
+    "signed_headers",
 ]
 
 
@@ -121,10 +121,6 @@ def event_names(mask: int) -> list[str]:
     return [t.value for t in EVENT_TYPES if mask & t.bit]
 
 
-def event_bits(mask: int) -> Sequence[EventType]:
-    return [t for t in EVENT_TYPES if mask & t.bit]
-
-
 def new_secret() -> str:
     """A fresh signing secret: ``whsec_`` and 32 random bytes in base64."""
     return _SECRET_PREFIX + base64.b64encode(os.urandom(32)).decode("ascii")
@@ -149,6 +145,19 @@ def signature_header(secrets: Sequence[str], event_id: str, timestamp: int, body
     """The ``webhook-signature`` value: one signature per secret (two during a rotation),
     separated by spaces, as the specification allows."""
     return " ".join(sign(s, event_id, timestamp, body) for s in secrets)
+
+
+def signed_headers(
+    secrets: Sequence[str], event_id: str, timestamp: int, body: bytes
+) -> dict[str, str]:
+    """The headers of one try of an event: its id (the same on every try), this try's time and
+    its signatures."""
+    return {
+        "webhook-id": event_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": signature_header(secrets, event_id, timestamp, body),
+        "User-Agent": "OmniPost status events",
+    }
 
 
 def event_body(kind: str, timestamp: str, data: Mapping[str, Any]) -> bytes:

@@ -23,8 +23,8 @@ from engine.core.clock import Clock
 from engine.core.domain import BucketKey, Limit
 from engine.core.errors import OmniPostError, SecretUnreadable
 from engine.core.present import rfc3339
-from engine.core.status_events import EVENT_RETRY_S, event_body, signature_header
-from engine.limits.limiter import Limiter
+from engine.core.status_events import EVENT_RETRY_S, event_body, signed_headers
+from engine.limits.limiter import Limiter, take_waiting
 from engine.store import Store
 from engine.store.endpoints import EndpointSecrets
 from engine.store.status_events import DueEvent, TryEnd
@@ -245,21 +245,11 @@ class Courier:
         if not endpoint.enabled:  # disabled since the claim: held as soon as it is written
             return TryEnd(event, False, self._clock.wall(), None, "")
         key = BucketKey.for_endpoint(endpoint.tenant, endpoint.id)
-        while True:
-            got = await self._limiter.reserve([key], 1)
-            if got.granted:
-                break
-            await self._clock.sleep(min(max(got.wait_s, 0.001), 1.0))
+        await take_waiting(self._limiter, [key], 1, self._clock, most_s=1.0)
         event_id = f"evt_{event.id}"
         stamp_at = rfc3339(event.occurred_at, "milliseconds")
         body = event_body(event.type, stamp_at, event_data(event))
-        stamp = int(self._clock.wall())
-        headers = {
-            "webhook-id": event_id,
-            "webhook-timestamp": str(stamp),
-            "webhook-signature": signature_header(endpoint.secrets, event_id, stamp, body),
-            "User-Agent": "OmniPost status events",
-        }
+        headers = signed_headers(endpoint.secrets, event_id, int(self._clock.wall()), body)
         answer = await self._post(endpoint.url, body, headers, endpoint.allow_private)
         if answer.ok:
             return TryEnd(event, True, None, answer.status, "")

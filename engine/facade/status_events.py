@@ -17,7 +17,7 @@ from engine.core.status_events import (
     event_body,
     new_secret,
     parse_events,
-    signature_header,
+    signed_headers,
 )
 from engine.facade.parts import EngineParts
 from engine.store.endpoints import EndpointRecord
@@ -148,15 +148,7 @@ class StatusEventsPart(EngineParts):
         event_id = f"evt_test_{endpoint_id}_{int(now * 1000)}"
         data = {"tenant": tenant, "endpoint": endpoint_id, "message": "a test from OmniPost"}
         body = event_body(EventType.TEST.value, rfc3339(now, "milliseconds"), data)
-        stamp = int(now)
-        headers = {
-            "webhook-id": event_id,
-            "webhook-timestamp": str(stamp),
-            "webhook-signature": signature_header(
-                secrets[endpoint_id].secrets, event_id, stamp, body
-            ),
-            "User-Agent": "OmniPost status events",
-        }
+        headers = signed_headers(secrets[endpoint_id].secrets, event_id, int(now), body)
         from engine.providers.endpoint_post import EndpointPoster
 
         poster = EndpointPoster()

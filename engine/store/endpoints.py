@@ -313,12 +313,3 @@ class EndpointsRepo:
             return found
 
         return await self._db.read(tx)
-
-    async def resealed(self) -> list[tuple[int, str, str | None]]:
-        """Every endpoint's secrets as stored (key rotation re-encrypts them)."""
-
-        async def tx(conn: AsyncConnection) -> list[tuple[int, str, str | None]]:
-            rows = await conn.execute(sa.select(E.c.id, E.c.secret, E.c.old_secret))
-            return [(r.id, r.secret, r.old_secret) for r in rows]
-
-        return await self._db.read(tx)
