@@ -21,18 +21,35 @@ import logging
 import os
 import sys
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
-from app.parser import EXIT_USAGE, build_parser, one_line
-from engine import ConfigError, Conflict, NotFound, OmniPostError
+if TYPE_CHECKING:
+    import argparse
 
 __all__ = ["build_parser", "main"]
 
 EXIT_FAILURE = 1
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser (``app.parser``, imported when first asked for)."""
+    from app.parser import build_parser as build
+
+    return build()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command ``argv`` names (None: the process's own arguments, as ``omnipost``
     and ``python -m app`` run it); its exit code."""
+    if list(sys.argv[1:] if argv is None else argv) == ["--version"]:
+        from app.version import version  # no parser, no engine: answered at once
+
+        print(f"omnipost {version()}")
+        return 0
+    # The parser names the engine's values (patterns, errors): imported once past --version.
+    from app.parser import EXIT_USAGE, one_line
+    from engine import ConfigError, Conflict, NotFound, OmniPostError
+
     atexit.unregister(_freeze_at_exit)  # registered once, however often main runs
     atexit.register(_freeze_at_exit)
     args = build_parser().parse_args(argv)

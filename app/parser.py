@@ -29,6 +29,7 @@ from app.parser_values import (
     seconds_or_zero,
     whole_number,
 )
+from app.version import version
 from engine import Pattern
 
 __all__ = ["EXIT_USAGE", "build_parser", "one_line"]
@@ -48,15 +49,6 @@ def one_line(message: str) -> str:
     return text
 
 
-def _version() -> str:
-    import importlib.metadata  # slow to import: only for --version
-
-    try:
-        return importlib.metadata.version("omnipost")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
 class _Version(argparse.Action):
     """``--version``: the version read when asked, not each time the parser is built."""
 
@@ -64,7 +56,7 @@ class _Version(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, help="show the version and exit")
 
     def __call__(self, parser: argparse.ArgumentParser, *_args: Any, **_kwargs: Any) -> None:
-        print(f"omnipost {_version()}")  # on stdout, as argparse's own version action
+        print(f"omnipost {version()}")  # on stdout, as argparse's own version action
         parser.exit()
 
 
