@@ -116,6 +116,10 @@ class TokenBucket:
         else:  # an earlier (or NaN) time adds nothing, and the stamp stays the latest seen
             self._tokens -= n
 
+    def room_at(self, now: float) -> float:
+        """How many tokens short of its burst the bucket is at ``now``. Not changed."""
+        return self._burst - self.tokens_at(now)
+
     def wait_s(self, now: float, n: float = 1.0) -> float:
         """Seconds from ``now`` until ``n`` tokens are there, if nothing else is taken.
 

@@ -26,6 +26,13 @@ class Reservation:
     that held it short (emptiest or blocked), when the limiter knows them, and ``held_for_s``
     how long each of them takes to have a token again; the dispatcher then skips other keys
     behind those buckets for the rest of its round, and looks again by then.
+
+    ``at`` (the limiter's own time: Redis's, for the Redis limiter) and ``rooms`` (per key of
+    ``keys``: its bucket's burst less its level just after this take, 0 for a key with no
+    bucket) bound what a refund of these tokens gives back: at most what each bucket would
+    hold had they never been taken, ``room - rate * (now - at)``, never a token the bucket
+    would have lost to its burst meanwhile. A reservation made without them (``rooms``
+    empty: by hand, or granting nothing) is given back up to the burst.
     """
 
     keys: tuple[BucketKey, ...]
@@ -33,6 +40,8 @@ class Reservation:
     wait_s: float = 0.0
     held_by: tuple[BucketKey, ...] = field(default=(), compare=False)
     held_for_s: tuple[float, ...] = field(default=(), compare=False)
+    at: float = field(default=0.0, compare=False)
+    rooms: tuple[float, ...] = field(default=(), compare=False)
 
 
 class Limiter(Protocol):
@@ -54,12 +63,17 @@ class Limiter(Protocol):
         ...
 
     async def refund(self, reservation: Reservation, n: int) -> None:
-        """Give back ``n`` unused tokens of ``reservation`` to each of its buckets."""
+        """Give back ``n`` unused tokens of ``reservation`` to each of its buckets, each at
+        most what the bucket would hold had they never been taken (see ``Reservation``)."""
         ...
 
     async def retake(self, reservation: Reservation, n: int) -> Reservation:
         """Give back every token of ``reservation`` and take up to ``n`` from its buckets again,
-        in one step: as ``refund`` then ``reserve``, with nothing in between."""
+        in one step: as ``refund`` then ``reserve``, with nothing in between. The refund's
+        bound is what keeps a retake after a slow claim inside the envelope: many keys share
+        a provider's bucket, and a bucket that refilled to its burst during the claim cannot
+        take their reservations back whole (each would then find it full again, and the
+        sends after the claim would spend its burst twice)."""
         ...
 
     async def block(self, key: BucketKey, for_s: float) -> None:

@@ -35,13 +35,14 @@ def _put(
         bucket.reconfigure(now, limit.rate_per_s, limit.burst)
 
 
-# Per tuple of keys: the keys without repeats, their configured buckets, the full grants, and
-# the tuples of buckets that held a grant short, by which of them (a bit per bucket; negative
-# for blocked ones): the same tuple each time, so that ``count_short`` counts by identity.
+# Per tuple of keys: the keys without repeats, their configured buckets, each key's bucket or
+# None (in the keys' order: a reservation's ``rooms``), and the tuples of buckets that held a
+# grant short, by which of them (a bit per bucket; negative for blocked ones): the same tuple
+# each time, so that ``count_short`` counts by identity.
 _Plan = tuple[
     tuple[BucketKey, ...],
     list[tuple[BucketKey, TokenBucket]],
-    dict[int, Reservation],
+    tuple[TokenBucket | None, ...],
     dict[int, tuple[BucketKey, ...]],
 ]
 # Per tuple of buckets that held grants short (by identity): the first key asked, the tuple
@@ -83,8 +84,9 @@ class LocalLimiter:
 
     def reserve_at(self, now: float, keys: Sequence[BucketKey], n: int) -> Reservation:
         """Grant ``min(n, whole tokens in every configured bucket)``, 0 if any key is blocked,
-        and debit that from each configured bucket. See ``Reservation`` for ``wait_s``."""
-        unique, configured, full, held_sets = self._plan(keys)
+        and debit that from each configured bucket. See ``Reservation`` for ``wait_s`` and
+        ``rooms``."""
+        unique, configured, slots, held_sets = self._plan(keys)
         if n <= 0:
             return Reservation(unique, 0)
         blocked: tuple[BucketKey, ...] = ()
@@ -99,14 +101,13 @@ class LocalLimiter:
             tokens = bucket.whole_at(now)
             levels.append(tokens)
             granted = tokens if tokens < granted else granted  # min(), without the call
+        rooms: tuple[float, ...] = ()
         if granted > 0:
             for _, bucket in configured:
                 bucket.take_whole(now, granted)
-        if granted == n:
-            found = full.get(n)  # the common case: once per send, the same few again
-            if found is None:
-                found = full[n] = Reservation(unique, n)
-            return found
+            rooms = tuple(0.0 if b is None else b.room_at(now) for b in slots)
+        if granted == n:  # the common case: once per send
+            return Reservation(unique, n, 0.0, (), (), now, rooms)
         # Short: until every bucket has a token again, and which held it (the blocked ones,
         # else the emptiest: no more whole tokens than were granted).
         wait_s = blocked_s
@@ -125,7 +126,7 @@ class LocalLimiter:
         held_by = held_sets.get(which) or _held_set(held_sets, which, configured, blocked)
         if self._short is not None:
             _count_short(self._short, unique, held_by)
-        return Reservation(unique, granted, wait_s, held_by, tuple(held_for_s))
+        return Reservation(unique, granted, wait_s, held_by, tuple(held_for_s), now, rooms)
 
     def shorts(self) -> dict[tuple[BucketKey, tuple[BucketKey, ...]], int]:
         """With ``count_short``: how many grants each set of buckets held short, by the first
@@ -136,9 +137,9 @@ class LocalLimiter:
         return counts
 
     def _plan(self, keys: Sequence[BucketKey]) -> _Plan:
-        """``keys`` without repeats, their configured buckets (in that order), and the full
-        grants made for them so far: a ``Reservation`` is an immutable value, and one made
-        once is as good as a new one. Kept per tuple of keys until a limit is configured,
+        """``keys`` without repeats, their configured buckets (in that order), each key's
+        bucket or None, and the sets of buckets that held grants short. Kept per tuple of keys
+        until a limit is configured,
         found by the tuple's identity (a dispatcher asks with the same few tuples again and
         again; hashing one would hash each key); worked out afresh for anything else."""
         if not isinstance(keys, tuple):
@@ -156,8 +157,9 @@ class LocalLimiter:
         unique = tuple(dict.fromkeys(keys))  # a key named twice is still one bucket
         if len(unique) == len(keys) and isinstance(keys, tuple):
             unique = keys  # the caller's own tuple: one fewer kept per key
-        configured = [(key, self._buckets[key]) for key in unique if key in self._buckets]
-        return unique, configured, {}, {}
+        slots = tuple(self._buckets.get(key) for key in unique)
+        configured = [(key, b) for key, b in zip(unique, slots, strict=True) if b is not None]
+        return unique, configured, slots, {}
 
     def reserve_many_at(
         self, now: float, asks: Sequence[tuple[Sequence[BucketKey], int]]
@@ -185,14 +187,23 @@ class LocalLimiter:
 
     def refund_at(self, now: float, reservation: Reservation, n: int) -> None:
         """Give back up to ``reservation.granted`` tokens to each of its configured buckets,
+        each at most what it would hold had they never been taken (``Reservation.rooms``),
         except to buckets that are blocked now: those stay empty until the block ends."""
         n = min(n, reservation.granted)
         if n <= 0:
             return
-        for key in reservation.keys:
+        rooms = reservation.rooms
+        elapsed = now - reservation.at if now > reservation.at else 0.0
+        for i, key in enumerate(reservation.keys):
             bucket = self._buckets.get(key)
-            if bucket is not None and self._blocked_for(now, key) == 0:
-                bucket.give(now, n)
+            if bucket is None or self._blocked_for(now, key) != 0:
+                continue
+            give: float = n
+            if rooms:  # the room its take left, less what the bucket refilled since
+                room = rooms[i] - bucket.rate_per_s * elapsed
+                give = room if room < give else give
+            if give > 0:
+                bucket.give(now, give)
 
     def block_at(self, now: float, key: BucketKey, for_s: float) -> None:
         """Drain ``key``'s bucket (if configured) and grant nothing for it for ``for_s`` seconds.

@@ -315,6 +315,12 @@ class _Batch:
             names = host._hashes(call.keys)
             keys += names
             args += (len(names), call.n, call.back)
+            if call.back > 0:  # the take it gives back: when, and the room it left in each
+                of = call.of
+                if of is not None and len(of.rooms) == len(names):
+                    args += (repr(of.at), *map(repr, of.rooms))
+                else:  # made without them: given back up to the burst
+                    args += ("", *[""] * len(names))
             if self._counting and call.n:
                 args[0], self._counting = host._name, False
         return keys, args
@@ -324,16 +330,22 @@ class _Batch:
         if processes >= 0:
             self._host._count_peers_at = self._counted_at + PEERS_EVERY_S
             self._fallback.saw_peers(processes)
-        for i, at in enumerate(chunk):
+        now = float(_text(reply[2]))  # Redis's time: what a refund of these is bounded from
+        k = 3
+        for at in chunk:
             call = self._calls[at]
+            count = len(call.keys)
             if call.kind is _Kind.REFUND:
+                k += 3 + count
                 continue
-            granted, wait_s = max(0, int(reply[2 + 3 * i])), float(_text(reply[3 + 3 * i]))
+            granted, wait_s = max(0, int(reply[k])), float(_text(reply[k + 1]))
             wait_s = math.inf if wait_s < 0 else wait_s
-            held_at = int(reply[4 + 3 * i])  # the bucket that held it short: 1 for the first
-            held = (call.keys[held_at - 1],) if 0 < held_at <= len(call.keys) else ()
+            held_at = int(reply[k + 2])  # the bucket that held it short: 1 for the first
+            held = (call.keys[held_at - 1],) if 0 < held_at <= count else ()
+            rooms = tuple(float(_text(room)) for room in reply[k + 3 : k + 3 + count])
+            k += 3 + count
             call.answer = Granted(
-                call.keys, granted, wait_s, held, (wait_s,) if held else (), era=era
+                call.keys, granted, wait_s, held, (wait_s,) if held else (), now, rooms, era=era
             )
             self._host._seen_marker = True
 

@@ -49,7 +49,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SCRIPTS = ("reserve", "configure", "refund", "block", "levels", "batch")
+SCRIPTS = ("reserve", "configure", "block", "levels", "batch")
 
 # RedisError covers ConnectionError and TimeoutError, and also READONLY after a failover or
 # LOADING after a restart: in every case Redis cannot enforce the limits right now. The builtin

@@ -125,7 +125,14 @@ class LocalFallback:
     def reserve(self, keys: Sequence[BucketKey], n: int) -> Granted:
         local = self._shares().reserve_at(self._clock.monotonic(), keys, n)
         return Granted(
-            local.keys, local.granted, local.wait_s, local.held_by, local.held_for_s, era=self.era
+            local.keys,
+            local.granted,
+            local.wait_s,
+            local.held_by,
+            local.held_for_s,
+            local.at,
+            local.rooms,
+            era=self.era,
         )
 
     def refund(self, reservation: Reservation, n: int) -> None:

@@ -189,33 +189,15 @@ class RedisLimiter(RedisBatches):
 
     async def refund(self, reservation: Reservation, n: int) -> None:
         """See ``Limiter.refund``; only to the backend that granted ``reservation`` (one made
-        elsewhere counts as the current one's), and only while it is in use."""
-        n = min(n, reservation.granted)
-        if n <= 0 or not self._fallback.current(reservation):
-            return  # the tokens were never this backend's to have back
-        if self._fallback.active:
-            self._fallback.refund(reservation, n)
-            return
-        try:
-            await self._script("refund", self._hashes(reservation.keys), [n])
-        except _UNAVAILABLE as exc:
-            self._degrade(exc)  # and the tokens stay out: they were Redis's, not the fallback's
+        elsewhere counts as the current one's), and only while it is in use: a batch of one
+        (``refund_many``), whose script bounds what each bucket gets back."""
+        await self.refund_many([(reservation, n)])
 
     async def retake(self, reservation: Reservation, n: int) -> Reservation:
-        """See ``Limiter.retake``: one script, one round trip. Tokens another backend granted
-        are not given back (as in ``refund``)."""
-        if n <= 0:
-            await self.refund(reservation, reservation.granted)
-            return Reservation(reservation.keys, 0)
-        if not self._fallback.active or await self._use_redis():  # first: a new era
-            back = reservation.granted if self._fallback.current(reservation) else 0
-            era = self._fallback.era
-            try:
-                return await self._reserve(reservation.keys, n, era, back=back)
-            except _UNAVAILABLE as exc:
-                self._degrade(exc)  # and the tokens stay out, as in ``refund``
-            return self._fallback.reserve(reservation.keys, n)
-        return self._fallback.retake(reservation, n)
+        """See ``Limiter.retake``: a batch of one (``retake_many``), one round trip. Tokens
+        another backend granted are not given back (as in ``refund``)."""
+        [again] = await self.retake_many([(reservation, n)])
+        return again
 
     async def block(self, key: BucketKey, for_s: float) -> None:
         """See ``Limiter.block``. Raises ``ValueError`` when ``for_s`` is not finite."""
@@ -306,10 +288,8 @@ class RedisLimiter(RedisBatches):
             return keys, [self._member(key), "", "", fill]
         return keys, [self._member(key), repr(limit.rate_per_s), repr(limit.burst), fill]
 
-    async def _reserve(
-        self, keys: tuple[BucketKey, ...], n: int, era: int, *, back: int = 0
-    ) -> Reservation:
-        """Reserve ``n`` from ``keys``, after giving ``back`` tokens to each."""
+    async def _reserve(self, keys: tuple[BucketKey, ...], n: int, era: int) -> Reservation:
+        """Reserve ``n`` from ``keys``."""
         redis_keys = self._reserve_keys.get(keys)
         if redis_keys is None:  # the same few tuples again and again: build each once
             redis_keys = (self._marker_key, *self._hashes(keys))
@@ -319,23 +299,26 @@ class RedisLimiter(RedisBatches):
         counting = now >= self._count_peers_at  # the set of peers needs no write per reservation
         if counting:
             redis_keys = (*redis_keys, self._peers_key)
-        args: list[int | str] = [n, back, self._name, _PEERS_ARG] if counting else [n, back]
-        granted, wait, held_at = -1, "0", 0
+        args: list[int | str] = [n, self._name, _PEERS_ARG] if counting else [n]
+        reply: list[Any] = [-1, "0", 0, 0]
         for _ in range(2):
-            granted, wait, peers, held_at = await self._script("reserve", redis_keys, args)
-            if granted >= 0:
+            reply = await self._script("reserve", redis_keys, args)
+            if reply[0] >= 0:
                 self._seen_marker = True
                 if counting:
                     self._count_peers_at = now + PEERS_EVERY_S
-                    self._fallback.saw_peers(int(peers))
+                    self._fallback.saw_peers(int(reply[2]))
                 break
             await self._seed()
-            args[1] = 0  # Redis lost its data: the buckets it is seeded with start empty
+        granted, wait, _peers, held_at, *rest = reply
         granted = max(0, int(granted))
         wait_s = float(_text(wait))
         wait_s = math.inf if wait_s < 0 else wait_s
         held = (keys[held_at - 1],) if 0 < held_at <= len(keys) else ()
-        return Granted(keys, granted, wait_s, held, (wait_s,) if held else (), era=era)
+        at, rooms = (
+            (float(_text(rest[0])), tuple(float(_text(r)) for r in rest[1:])) if rest else (0.0, ())
+        )
+        return Granted(keys, granted, wait_s, held, (wait_s,) if held else (), at, rooms, era=era)
 
     async def _seed(self) -> None:
         """Write every limit this process knows (a bucket that was missing starts empty), then

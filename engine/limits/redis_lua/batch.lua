@@ -2,24 +2,43 @@
 -- entry, entry after entry.
 -- ARGV: this process's name in that set ('' leaves the set alone: written a few times a second,
 -- as in reserve.lua), how many seconds a process stays in it after its last reservation; then
--- three per entry: how many buckets it has, n (the tokens asked for; 0 for a refund), and the
--- tokens to give back to each of its buckets first (a retake's earlier reservation, or a
--- refund's tokens).
--- Each entry is what reserve.lua (n > 0) or refund.lua (n = 0) does, in order and at one
+-- per entry: how many buckets it has, n (the tokens asked for; 0 for a refund), the tokens to
+-- give back to each of its buckets first (a retake's earlier reservation, or a refund's
+-- tokens), and, only when that is above 0, the Redis time of the take given back and each
+-- bucket's room just after it (burst less level), as reserve.lua and this script answer them
+-- ('' for both: no bound). A bucket gets back at most what it would hold had those tokens
+-- never been taken: the room less what it refilled since. Given back whole, a reservation
+-- made before a bucket refilled to its burst would fill it again after a claim, once per
+-- key sharing it (a provider's), and the sends would spend its burst twice.
+-- Each entry is what reserve.lua (n > 0) or a refund (n = 0) does, in order and at one
 -- reading of TIME: each sees what the entries before it took and gave back. A bucket is read
 -- once, when an entry first names it, and written once, at the end, if any entry changed it: so
 -- a read that fails (WRONGTYPE) leaves every bucket as it was.
--- Returns {0, processes, granted_1, wait_1, held_1, granted_2, wait_2, held_2, ...}: granted and
--- wait as reserve.lua returns them, and held the place (1 for the entry's first bucket) of the
+-- Returns {0, processes, now, then per entry granted, wait, held, room_1 .. room_count}: granted
+-- and wait as reserve.lua returns them, held the place (1 for the entry's first bucket) of the
 -- bucket that held the entry short (the one blocked longest, else the one that takes longest
 -- to have a token), 0 when it got all it asked for (a refund's: 0, '0', 0; processes -1 when
--- the set was left alone): a caller that knows which bucket ran dry (a provider's, shared by
--- many entries) need not ask its other entries again before it refills. Or {-1} when an entry
--- reserves and the marker is gone (Redis lost its data): nothing is done, and the caller
--- seeds Redis and calls again.
-local entries = (#ARGV - 2) / 3
-for e = 1, entries do
-  if tonumber(ARGV[3 * e + 1]) > 0 then
+-- the set was left alone), and each bucket's room after the entry ('0' for a key without a
+-- limit): a caller that knows which bucket ran dry (a provider's, shared by many entries) need
+-- not ask its other entries again before it refills. Or {-1} when an entry reserves and the
+-- marker is gone (Redis lost its data): nothing is done, and the caller seeds Redis and calls
+-- again.
+local entries, a = {}, 3
+while a <= #ARGV do
+  local count, n, back = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  local e = {count = count, n = n, back = back, at = false, rooms = a + 3}
+  a = a + 3
+  if back > 0 then
+    if ARGV[a] ~= '' then
+      e.at = tonumber(ARGV[a])
+    end
+    e.rooms = a + 1
+    a = a + 1 + count
+  end
+  entries[#entries + 1] = e
+end
+for _, e in ipairs(entries) do
+  if e.n > 0 then
     if redis.call('EXISTS', KEYS[1]) == 0 then
       return {-1}
     end
@@ -65,9 +84,9 @@ local function wait_for(mine, places, blocked, held_at)
   return str(wait), at
 end
 
-local out, k = {0, processes}, 2
-for e = 1, entries do
-  local count, n, back = tonumber(ARGV[3 * e]), tonumber(ARGV[3 * e + 1]), tonumber(ARGV[3 * e + 2])
+local out, k = {0, processes, str(now)}, 2
+for _, e in ipairs(entries) do
+  local count, n, back = e.count, e.n, e.back
   local mine, places, blocked, held_at, granted = {}, {}, 0, 0, n
   for i = k + 1, k + count do
     local s = state(KEYS[i])
@@ -77,14 +96,19 @@ for e = 1, entries do
     if s.b then
       places[#mine + 1] = i - k
       if s.held == 0 and back > 0 then
-        s.b.tokens = math.min(s.b.burst, s.b.tokens + back)
-        s.dirty = true
+        local give = back
+        if e.at then  -- the room its take left, less what the bucket refilled since
+          give = math.min(give, tonumber(ARGV[e.rooms + i - k - 1]) - s.b.rate * math.max(0, now - e.at))
+        end
+        if give > 0 then
+          s.b.tokens = math.min(s.b.burst, s.b.tokens + give)
+          s.dirty = true
+        end
       end
       mine[#mine + 1] = s
       granted = math.min(granted, whole(s.b.tokens))
     end
   end
-  k = k + count
   if blocked > 0 then
     granted = 0
   end
@@ -103,6 +127,11 @@ for e = 1, entries do
     out[#out + 1] = wait
     out[#out + 1] = at
   end
+  for i = k + 1, k + count do
+    local b = seen[KEYS[i]].b
+    out[#out + 1] = b and str(b.burst - b.tokens) or '0'
+  end
+  k = k + count
 end
 for _, key in ipairs(order) do
   local s = seen[key]

@@ -1,24 +1,25 @@
--- KEYS: the seed marker, each bucket of a send, and last, only when ARGV[3] is given, the set
+-- KEYS: the seed marker, each bucket of a send, and last, only when ARGV[2] is given, the set
 -- of processes that reserved lately.
--- ARGV: n, the tokens asked for (> 0); tokens to give back to each bucket first (0 for none: a
--- retake gives back its earlier reservation, as refund.lua does, and takes again in the same
--- step); then, only a few times a second (not on every reservation), this process's name in
--- that set and how many seconds a process stays in it after its last reservation.
--- Returns {granted, wait_s, processes, held}: wait_s a string ('-1' for never), processes how
--- many reserved within that time, this one included (the share each falls back to if Redis
--- goes away), or -1 when the set was left alone; held the place (1 for the first bucket) of the
--- bucket that held the send short, as batch.lua says it, 0 when it got all it asked for. Or
--- {-1, '0', 0, 0} when the marker is gone: Redis lost its data (restart, flush) and the caller
--- must seed it again.
+-- ARGV: n, the tokens asked for (> 0); then, only a few times a second (not on every
+-- reservation), this process's name in that set and how many seconds a process stays in it
+-- after its last reservation. (A retake or a refund is batch.lua's: it bounds what it gives back
+-- by the rooms answered here.)
+-- Returns {granted, wait_s, processes, held, now, room_1 .. room_count}: wait_s a string ('-1'
+-- for never), processes how many reserved within that time, this one included (the share each
+-- falls back to if Redis goes away), or -1 when the set was left alone; held the place (1 for
+-- the first bucket) of the bucket that held the send short, as batch.lua says it, 0 when it got
+-- all it asked for; now Redis's time and each bucket's room (burst less level) after the take,
+-- '0' for a key without a limit, as strings. Or {-1, '0', 0, 0} when the marker is gone: Redis
+-- lost its data (restart, flush) and the caller must seed it again.
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {-1, '0', 0, 0}
 end
-local n, back = tonumber(ARGV[1]), tonumber(ARGV[2])
+local n = tonumber(ARGV[1])
 local now = now_s()
 local last, processes = #KEYS, -1
-if ARGV[3] then
-  local seen_s = tonumber(ARGV[4])
-  redis.call('ZADD', KEYS[last], now, ARGV[3])
+if ARGV[2] then
+  local seen_s = tonumber(ARGV[3])
+  redis.call('ZADD', KEYS[last], now, ARGV[2])
   redis.call('ZREMRANGEBYSCORE', KEYS[last], '-inf', '(' .. str(now - seen_s))
   redis.call('PEXPIRE', KEYS[last], ms(seen_s))
   processes = redis.call('ZCARD', KEYS[last])
@@ -34,9 +35,6 @@ for i = 2, last do
   local b = load(f, now)
   if b then
     places[#buckets + 1] = i - 1
-    if held == 0 and back > 0 then
-      b.tokens = math.min(b.burst, b.tokens + back)
-    end
     buckets[#buckets + 1] = b
     keys[#buckets] = KEYS[i]
     granted = math.min(granted, whole(b.tokens))
@@ -45,23 +43,35 @@ end
 if blocked > 0 then
   granted = 0
 end
-if granted > 0 or back > 0 then
+if granted > 0 then
   for i, b in ipairs(buckets) do
     b.tokens = b.tokens - granted
     save(keys[i], b, now)
   end
 end
-if granted == n then
-  return {granted, '0', processes, 0}
-end
-local wait = blocked
-for i, b in ipairs(buckets) do
-  local w = wait_one(b, now)
-  if w < 0 then
-    return {granted, '-1', processes, places[i]}
+local out = {granted, '0', processes, 0, str(now)}
+if granted < n then
+  local wait = blocked
+  for i, b in ipairs(buckets) do
+    local w = wait_one(b, now)
+    if w < 0 then
+      wait, held_at = -1, places[i]
+      break
+    end
+    if w > wait then
+      wait, held_at = w, places[i]
+    end
   end
-  if w > wait then
-    wait, held_at = w, places[i]
+  out[2] = wait < 0 and '-1' or str(wait)
+  out[4] = held_at
+end
+local next_bucket = 1
+for i = 2, last do
+  if places[next_bucket] == i - 1 then
+    out[#out + 1] = str(buckets[next_bucket].burst - buckets[next_bucket].tokens)
+    next_bucket = next_bucket + 1
+  else
+    out[#out + 1] = '0'
   end
 end
-return {granted, str(wait), processes, held_at}
+return out

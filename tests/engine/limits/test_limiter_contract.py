@@ -215,6 +215,42 @@ async def test_retake_gives_nothing_to_a_blocked_bucket_and_takes_nothing_from_i
     assert await tokens(limiter) == near({TENANT: 5.0, PROVIDER: 0.0})
 
 
+@pytest.mark.parametrize("batched", [True, False], ids=["retake_many", "retake"])
+async def test_a_retake_after_the_bucket_refilled_gives_back_no_token_it_lost(
+    limiter: Limiter, batched: bool
+) -> None:
+    """Five keys share a provider's bucket (50/s, burst 10) and reserve it empty; it refills
+    to its burst while their claim runs; retaken, their ten tokens leave it empty again. Given
+    back whole, each refund would find it full, and it would end at 8: tokens minted, sends
+    past ``burst + rate * W`` (the excess that bench/workers.py saw at the provider)."""
+    await configured(limiter, {PROVIDER: Limit(50.0, 10.0)})
+    keys = [BucketKey.for_send(f"t{i}", "mailgun") for i in range(5)]
+    first = await limiter.reserve_many([(send, 2) for send in keys])
+    assert [got.granted for got in first] == [2] * 5
+    await asyncio.sleep(0.3)  # 15 tokens' time: full again, 5 of them lost to the burst
+    if batched:
+        again = await limiter.retake_many([(got, 2) for got in first])
+    else:
+        again = [await limiter.retake(got, 2) for got in first]
+    assert [got.granted for got in again] == [2] * 5
+    assert (await tokens(limiter))[PROVIDER] == pytest.approx(0.0, abs=50 * CLOSE)
+
+
+async def test_a_refund_after_others_took_gives_back_only_what_it_left_room_for(
+    limiter: Limiter,
+) -> None:
+    """A reservation of 2 leaves a bucket of burst 10 at 8 (room 2); it refills meanwhile and
+    another caller takes 9: the refund gives back what the bucket would hold had the 2 never
+    been taken (room 2 less the refill), not 2 on top of what the other left."""
+    await configured(limiter, {PROVIDER: Limit(20.0, 10.0)})
+    first = await limiter.reserve([PROVIDER], 2)
+    await asyncio.sleep(0.15)  # 3 tokens' time: full again, 1 of them lost
+    assert (await limiter.reserve([PROVIDER], 9)).granted == 9
+    await limiter.refund(first, 2)
+    # Had the 2 never been taken: full, less the 9 = 1 (and what refilled since the take).
+    assert (await tokens(limiter))[PROVIDER] == pytest.approx(1.0, abs=20 * CLOSE)
+
+
 async def test_block_on_a_configured_key_holds_it_empty_then_refills(limiter: Limiter) -> None:
     await configured(limiter, {TENANT: Limit(1.0, 5.0), PROVIDER: Limit(4.0, 4.0)})
     await limiter.block(PROVIDER, 0.3)

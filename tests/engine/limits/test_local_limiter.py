@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from engine.core.clock import FakeClock
 from engine.core.domain import BucketKey, BucketLevel, Limit
 from engine.core.errors import ConfigError
+from engine.limits.envelope import worst_window
 from engine.limits.limiter import Limiter, Reservation
 from engine.limits.local_limiter import LocalLimiter
 
@@ -446,3 +447,47 @@ def run_batch(
     mine += singly
     theirs += batched
     return singly, batched
+
+
+# Claims as the dispatcher makes them: keys sharing a provider's bucket reserve together, a
+# claim runs for a while, then each key retakes what it leased; some reservations are refunded
+# instead (a probe refused). (keys reserving, n each, claim in 1/100 s, leased each, pause.)
+CLAIMS = st.lists(
+    st.tuples(
+        st.integers(1, 6),
+        st.integers(1, 4),
+        st.integers(0, 30),
+        st.integers(0, 4),
+        st.integers(0, 30),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(claims=CLAIMS, refund_every=st.integers(2, 5))
+@example(claims=[(5, 2, 30, 2, 0), (5, 2, 0, 2, 0)], refund_every=5)  # 18 in 0.01 s before
+def test_tokens_kept_by_retakes_stay_inside_the_envelope(
+    claims: list[tuple[int, int, int, int, int]], refund_every: int
+) -> None:
+    """The tokens kept (a retake's grants, at the retake) never exceed ``burst + rate * W`` in
+    any window, however long the claims run and however often the bucket refills to its burst
+    in between; the tokens of reservations given back are never counted."""
+    limit = Limit(100.0, 10.0)
+    limiter = limiter_with({PROVIDER: limit})
+    now, kept = 0.0, []
+    for turn, (keys, n, claim_cs, leased, pause_cs) in enumerate(claims, start=1):
+        first = limiter.reserve_many_at(now, [((PROVIDER,), n)] * keys)
+        now += claim_cs / 100
+        if turn % refund_every == 0:
+            limiter.refund_many_at(now, [(got, got.granted) for got in first])
+        else:
+            for got in limiter.retake_many_at(
+                now, [(got, min(leased, got.granted)) for got in first]
+            ):
+                kept += [now] * got.granted
+        now += pause_cs / 100
+    for window_s in (0.01, 0.05, 0.2, 1.0):
+        worst = worst_window(kept, window_s, limit.rate_per_s, limit.burst, edges=0.0)
+        assert worst.holds, worst

@@ -364,9 +364,9 @@ async def test_a_server_without_functions_runs_the_same_lua_as_scripts(
     await limiter.configure(TENANT, Limit(1.0, 2.0))
     assert not limiter._calls.uses_functions
     assert (await limiter.reserve([TENANT], 3)).granted == 2
+    await limiter.refund(Reservation((TENANT,), 2), 1)  # a batch: a pipeline of EVALSHA
     for script in limiter._calls._scripts.values():
         script.sha = "0" * 40  # as after SCRIPT FLUSH, without flushing a shared server
-    await limiter.refund(Reservation((TENANT,), 2), 1)
     assert (await limiter.reserve([TENANT], 3)).granted == 1
     assert [level.key for level in await limiter.levels()] == [TENANT]
     assert limiter.backend == "redis"
@@ -743,16 +743,21 @@ async def test_a_retake_is_one_round_trip(make: Make) -> None:
     limiter = await make()
     await limiter.configure(TENANT, LIMIT)
     first = await limiter.reserve(SEND, 4)
-    scripts: list[str] = []
-    run = limiter._script
+    scripts: list[tuple[str, int]] = []
+    run, many = limiter._script, limiter._calls.many
 
     async def counted(name: str, keys: Sequence[str], args: Sequence[Any] = ()) -> Any:
-        scripts.append(name)
+        scripts.append((name, 1))
         return await run(name, keys, args)
 
+    async def counted_many(name: str, calls: Sequence[Any]) -> list[Any]:
+        scripts.append((name, len(calls)))
+        return await many(name, calls)
+
     limiter._script = counted  # type: ignore[method-assign]
+    limiter._calls.many = counted_many  # type: ignore[method-assign]
     again = await limiter.retake(first, 2)
-    assert (again.granted, scripts) == (2, ["reserve"])
+    assert (again.granted, scripts) == (2, [("batch", 1)])
 
 
 async def test_a_retake_after_redis_went_away_gives_nothing_to_the_fallback(
