@@ -33,6 +33,7 @@ sent again gives nothing back, as a single one then does.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
@@ -53,6 +54,7 @@ CHUNK = 500  # calls per script: some milliseconds of Redis's time (about 12 ms 
 WHOLE_SET = 1000  # a configure_many this large is skipped when Redis holds exactly its set
 _T = TypeVar("_T")
 _PEERS_ARG = repr(PEERS_S)
+log = logging.getLogger(__name__)
 
 
 class _Host(Protocol):
@@ -83,6 +85,8 @@ class _Host(Protocol):
     def _configure_call(
         self, key: BucketKey, limit: Limit | None, fill: str
     ) -> tuple[list[str], list[str]]: ...
+
+    async def _mark_seeded(self, limits: Sequence[tuple[BucketKey, Limit | None]]) -> None: ...
 
     async def _configure_all(
         self, limits: Sequence[tuple[BucketKey, Limit | None]], *, fill: str
@@ -178,12 +182,28 @@ class RedisBatches:
                 held = await self._bounded(self._client.get(self._limits_key))
                 if held is None or _text(held) != _digest(limits):
                     await self._configure_all(limits, fill="full")
+                    await self._mark_seeded(limits)
                 return
             except UNAVAILABLE as exc:
                 self._degrade(exc)
         for key, limit in limits:
             self._pending[key] = limit
             self._fallback.apply(key)
+
+    async def _mark_seeded(self: _Host, limits: Sequence[tuple[BucketKey, Limit | None]]) -> None:
+        """After a whole set was written: on a Redis without the seed marker that this process
+        never saw (a first start on a fresh Redis, or one that lost its data before this
+        process came), set it when the set held every limit this process knows. The first
+        reservation would otherwise find it missing and seed Redis, writing every limit once
+        more to the same end (those just written keep their levels): at 100,000 tenants about
+        a second and a half of a starting worker's CPU."""
+        if self._seen_marker:
+            return  # a marker missing now is a loss: the reservation that finds it seeds
+        written = {key for key, limit in limits if limit is not None}
+        if any(key not in written for key in self._fallback.limits):
+            return
+        if await self._bounded(self._client.set(self._marker_key, "1", nx=True)):
+            log.debug("Redis had no seed marker: set after writing the %d limits", len(written))
 
     async def _configure_all(
         self: _Host, limits: Sequence[tuple[BucketKey, Limit | None]], *, fill: str
