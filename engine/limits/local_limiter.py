@@ -23,15 +23,21 @@ __all__ = ["LocalLimiter"]
 
 
 def _put(
-    buckets: dict[BucketKey, TokenBucket], now: float, key: BucketKey, limit: Limit | None
+    limits: dict[BucketKey, Limit],
+    buckets: dict[BucketKey, TokenBucket],
+    now: float,
+    key: BucketKey,
+    limit: Limit | None,
 ) -> None:
-    """Remove (None), change live (level kept, clamped to the new burst) or add (full)."""
-    bucket = buckets.get(key)
+    """Remove (None), change live (level kept, clamped to the new burst) or add (full: its
+    bucket is made when first used)."""
     if limit is None:
+        limits.pop(key, None)
         buckets.pop(key, None)
-    elif bucket is None:
-        buckets[key] = TokenBucket.full(limit, now)
-    else:
+        return
+    limits[key] = limit
+    bucket = buckets.get(key)
+    if bucket is not None:
         bucket.reconfigure(now, limit.rate_per_s, limit.burst)
 
 
@@ -61,11 +67,15 @@ class LocalLimiter:
 
     Keys with no configured limit are unlimited unless blocked. A blocked key grants nothing
     until its block ends; a blocked bucket is held empty until then and refills from there.
+    A configured key's bucket is made when it is first used (reserved from, blocked): until
+    then it is full, as a bucket nobody took from is, and costs its limit's entry only
+    (400,000 limits at 100,000 tenants, most of them never used by one process).
     """
 
     def __init__(self, clock: Clock, *, count_short: bool = False) -> None:
         self._clock = clock
-        self._buckets: dict[BucketKey, TokenBucket] = {}
+        self._limits: dict[BucketKey, Limit] = {}  # every configured limit
+        self._buckets: dict[BucketKey, TokenBucket] = {}  # those used so far
         self._blocked_until: dict[BucketKey, float] = {}
         self._plans: dict[int, tuple[tuple[BucketKey, ...], _Plan]] = {}  # see ``_plan``
         # With ``count_short``: how often each set of buckets held a grant short (``shorts``).
@@ -74,19 +84,22 @@ class LocalLimiter:
     def configure_at(self, now: float, key: BucketKey, limit: Limit | None) -> None:
         """Remove (None), change live (level kept, clamped to the new burst) or add (full)."""
         self._plans.clear()  # they name the configured buckets
+        _put(self._limits, self._buckets, now, key, limit)
+
+    def _bucket(self, now: float, key: BucketKey) -> TokenBucket | None:
+        """``key``'s bucket, made full at ``now`` if it is configured and not used yet."""
         bucket = self._buckets.get(key)
-        if limit is None:
-            self._buckets.pop(key, None)
-        elif bucket is None:
-            self._buckets[key] = TokenBucket.full(limit, now)
-        else:
-            bucket.reconfigure(now, limit.rate_per_s, limit.burst)
+        if bucket is None:
+            limit = self._limits.get(key)
+            if limit is not None:
+                bucket = self._buckets[key] = TokenBucket.full(limit, now)
+        return bucket
 
     def reserve_at(self, now: float, keys: Sequence[BucketKey], n: int) -> Reservation:
         """Grant ``min(n, whole tokens in every configured bucket)``, 0 if any key is blocked,
         and debit that from each configured bucket. See ``Reservation`` for ``wait_s`` and
         ``rooms``."""
-        unique, configured, slots, held_sets = self._plan(keys)
+        unique, configured, slots, held_sets = self._plan(now, keys)
         if n <= 0:
             return Reservation(unique, 0)
         blocked: tuple[BucketKey, ...] = ()
@@ -136,28 +149,28 @@ class LocalLimiter:
             counts[first, held_by] = counts.get((first, held_by), 0) + n
         return counts
 
-    def _plan(self, keys: Sequence[BucketKey]) -> _Plan:
+    def _plan(self, now: float, keys: Sequence[BucketKey]) -> _Plan:
         """``keys`` without repeats, their configured buckets (in that order), each key's
         bucket or None, and the sets of buckets that held grants short. Kept per tuple of keys
         until a limit is configured,
         found by the tuple's identity (a dispatcher asks with the same few tuples again and
         again; hashing one would hash each key); worked out afresh for anything else."""
         if not isinstance(keys, tuple):
-            return self._work_out(keys)
+            return self._work_out(now, keys)
         kept = self._plans.get(id(keys))
         if kept is not None and kept[0] is keys:  # kept holds it: its id is not reused
             return kept[1]
         if len(self._plans) >= _MAX_PLANS:
             self._plans.clear()
-        plan = self._work_out(keys)
+        plan = self._work_out(now, keys)
         self._plans[id(keys)] = (keys, plan)
         return plan
 
-    def _work_out(self, keys: Sequence[BucketKey]) -> _Plan:
+    def _work_out(self, now: float, keys: Sequence[BucketKey]) -> _Plan:
         unique = tuple(dict.fromkeys(keys))  # a key named twice is still one bucket
         if len(unique) == len(keys) and isinstance(keys, tuple):
             unique = keys  # the caller's own tuple: one fewer kept per key
-        slots = tuple(self._buckets.get(key) for key in unique)
+        slots = tuple(self._bucket(now, key) for key in unique)
         configured = [(key, b) for key, b in zip(unique, slots, strict=True) if b is not None]
         return unique, configured, slots, {}
 
@@ -216,22 +229,25 @@ class LocalLimiter:
         until = max(now + for_s, self._blocked_until.get(key, now))
         if until > now:
             self._blocked_until[key] = until
-        bucket = self._buckets.get(key)
+        bucket = self._bucket(now, key)
         if bucket is not None:
             bucket.drain(until)  # stamps the bucket at the block's end: no refill before it
 
     def levels_at(self, now: float, keys: Sequence[BucketKey] | None = None) -> list[BucketLevel]:
         """Every configured bucket's level at ``now``, sorted by key; with ``keys``, only the
         configured ones among them (each once), looked up one by one."""
-        if keys is None:
-            wanted = sorted(self._buckets)
-        else:
-            wanted = sorted({key for key in keys if key in self._buckets})
+        limits, buckets = self._limits, self._buckets
+        wanted = sorted(limits if keys is None else {key for key in keys if key in limits})
         levels = []
         for key in wanted:
-            bucket = self._buckets[key]
-            tokens = bucket.tokens_at(now)
             blocked_s = self._blocked_for(now, key)
+            bucket = buckets.get(key)
+            if bucket is None:  # not used yet: full
+                limit = limits[key]
+                burst = limit.burst
+                levels.append(BucketLevel(key, burst, burst, limit.rate_per_s, blocked_s))
+                continue
+            tokens = bucket.tokens_at(now)
             levels.append(BucketLevel(key, tokens, bucket.burst, bucket.rate_per_s, blocked_s))
         return levels
 
@@ -250,14 +266,14 @@ class LocalLimiter:
     async def configure_many(self, limits: Sequence[tuple[BucketKey, Limit | None]]) -> None:
         """Each at the clock's time when its part began: ``_PART`` at a time, with a turn of
         the event loop between parts (400,000 limits at an engine's start)."""
-        buckets = self._buckets
+        kept, buckets = self._limits, self._buckets
         for start in range(0, len(limits), _PART):
             if start:
                 await asyncio.sleep(0)
             now = self._clock.monotonic()
             self._plans.clear()  # as ``configure_at`` does, once a part
             for key, limit in limits[start : start + _PART]:
-                _put(buckets, now, key, limit)
+                _put(kept, buckets, now, key, limit)
 
     async def reserve(self, keys: Sequence[BucketKey], n: int) -> Reservation:
         return self.reserve_at(self._clock.monotonic(), keys, n)
@@ -296,8 +312,7 @@ class LocalLimiter:
     def __repr__(self) -> str:
         now = self._clock.monotonic()
         levels = ", ".join(
-            f"{key} {bucket.tokens_at(now):.2f}/{bucket.burst:g}"
-            for key, bucket in sorted(self._buckets.items(), key=lambda item: item[0])
+            f"{level.key} {level.tokens:.2f}/{level.burst:g}" for level in self.levels_at(now)
         )
         blocked = ", ".join(
             f"{key} {until - now:.1f}s" for key, until in self._blocked_until.items() if until > now

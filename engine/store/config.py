@@ -129,7 +129,9 @@ class ConfigRepo:
 
     async def tenants(self) -> list[TenantRecord]:
         async def tx(conn: AsyncConnection) -> list[TenantRecord]:
-            return await in_parts(conn, sa.select(tenants).order_by(tenants.c.name), _tenant)
+            return await in_parts(
+                conn, sa.select(tenants).order_by(tenants.c.name), _tenant, raw=True
+            )
 
         return await self._db.read(tx)
 
@@ -325,7 +327,7 @@ class ConfigRepo:
                 .join(tenants, tenants.c.id == rate_limits.c.tenant_id)
                 .join(providers, providers.c.id == rate_limits.c.provider_id)
             )
-            return await in_parts(conn, query, _pair_key)
+            return await in_parts(conn, query, _pair_key, raw=True)
 
         return await self._db.read(tx)
 

@@ -386,14 +386,51 @@ READ_PART = 5_000  # rows made into values between two turns of the event loop
 
 
 async def in_parts(
-    conn: AsyncConnection, query: sa.Select[Any], make: Callable[[Sequence[Any]], R]
+    conn: AsyncConnection,
+    query: sa.Select[Any],
+    make: Callable[[Sequence[Any]], R],
+    *,
+    raw: bool = False,
 ) -> list[R]:
     """``make`` of every row of ``query``, ``READ_PART`` rows at a time with a turn of the
     event loop between parts: 400,000 rows are read without stalling the loop for a second
-    (the driver fetches each part; the values are made here)."""
+    (the driver fetches each part; the values are made here).
+
+    ``raw``: ``make`` takes the driver's own rows and values (SQLite's booleans as 0 and 1,
+    Postgres's sums of integers as ``Decimal``; no SQLAlchemy type processing), read
+    straight from the driver in the same transaction: a tenth of the time per row that
+    SQLAlchemy's rows cost (300,000 pair limits at an engine's start: 1.4 s on SQLite, half a
+    second of it SQLAlchemy's). A query whose parameters are not plain numbers or text takes
+    SQLAlchemy's way anyway."""
+    if raw:
+        compiled = query.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
+        params = [compiled.params[name] for name in compiled.positiontup or ()]
+        if all(isinstance(v, int | float | str) for v in params):
+            return await _raw_in_parts(conn, compiled.string, params, make)
     found: list[R] = []
     result = await conn.stream(query)
     async for part in result.partitions(READ_PART):
         found += map(make, part)
+        await asyncio.sleep(0)
+    return found
+
+
+async def _raw_in_parts(
+    conn: AsyncConnection, sql: str, params: list[Any], make: Callable[[Sequence[Any]], R]
+) -> list[R]:
+    driver: Any = (await conn.get_raw_connection()).driver_connection
+    found: list[R] = []
+    if conn.dialect.name == "sqlite":  # aiosqlite: each fetch a turn on its thread
+        cursor = await driver.execute(sql, params)
+        try:
+            while part := await cursor.fetchmany(READ_PART):
+                found += map(make, part)
+                await asyncio.sleep(0)
+        finally:
+            await cursor.close()
+        return found
+    rows = await driver.fetch(sql, *params)  # asyncpg: records made as the rows arrive
+    for start in range(0, len(rows), READ_PART):
+        found += map(make, rows[start : start + READ_PART])
         await asyncio.sleep(0)
     return found

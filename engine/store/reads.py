@@ -92,7 +92,7 @@ class QueueReads:
         query = _QUEUED_COUNTS if share is None else _queued_counts_of(share)
 
         async def tx(conn: AsyncConnection) -> dict[tuple[int, int], int]:
-            return dict(await in_parts(conn, query, _count_entry))  # the loop turns meanwhile
+            return dict(await in_parts(conn, query, _count_entry, raw=True))  # the loop turns
 
         return await self._db.read(tx)
 
