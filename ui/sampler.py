@@ -100,7 +100,9 @@ class Sampler(QObject):
         self.fill_labels: dict[str, str] = {}  # the fill series kept, by name: their labels
         self.plotted_fills: set[str] = set()  # fill series on the dashboard: never dropped
         self._fill_keys: dict[str, BucketKey] = {}  # the fill series kept: their buckets
-        self.view = SnapshotView()  # what the dashboard shows (its filter, its counts)
+        # What the dashboard shows (its filter, its counts); its figures at once, the deepest
+        # tenants a sample later.
+        self.view = SnapshotView(totals_first=True)
         self._samples = 0
 
     # -- reading ---------------------------------------------------------------------------

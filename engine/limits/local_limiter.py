@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from engine.core.clock import Clock
 from engine.core.domain import BucketKey, BucketLevel, Limit
@@ -272,7 +272,11 @@ class LocalLimiter:
                 await asyncio.sleep(0)
             now = self._clock.monotonic()
             self._plans.clear()  # as ``configure_at`` does, once a part
-            for key, limit in limits[start : start + _PART]:
+            part = limits[start : start + _PART]
+            if not buckets and all(limit is not None for _key, limit in part):
+                kept.update(cast(Sequence[tuple[BucketKey, Limit]], part))  # an engine's start
+                continue
+            for key, limit in part:
                 _put(kept, buckets, now, key, limit)
 
     async def reserve(self, keys: Sequence[BucketKey], n: int) -> Reservation:

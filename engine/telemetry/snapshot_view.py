@@ -25,7 +25,9 @@ class SnapshotView:
     per tenant: the view of a progress line, ``BRIEF_VIEW``); ``totals_every_s``: how stale the
     totals (and the overview's deepest tenants) may be, since reading them scans the kept
     counts; ``events``: the status events' outbox per endpoint too (the metrics' view), read at
-    most every five seconds.
+    most every five seconds; ``totals_first``: the first snapshot of this view reads the totals
+    alone (one sum per state) and the next one the whole overview (a console opening on
+    100,000 tenants shows its figures at once, the deepest tenants a sample later).
     """
 
     emptiest: int = 8
@@ -38,6 +40,7 @@ class SnapshotView:
     totals_every_s: float = 5.0
     fill_bins: int = 0
     events: bool = False
+    totals_first: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,13 +55,14 @@ async def _drain_some(engine: Engine, tenants: Sequence[int]) -> None:
 async def test_a_views_snapshot_costs_the_same_at_200_and_2000_tenants(
     engines: dict[int, tuple[Engine, CountingLimiter]],
 ) -> None:
-    view = SnapshotView(tenants=tuple(tenant_name(i) for i in range(30)))
+    view = SnapshotView(tenants=tuple(tenant_name(i) for i in range(30)), totals_first=True)
     statements: dict[int, int] = {}
     levels: dict[int, int] = {}
     for n, (engine, limiter) in engines.items():
         await _drain_some(engine, range(0, n, max(1, n // 150)))
         counter = Statements(engine.store)
-        await engine.snapshot(view=view)  # the first reads the overview too
+        await engine.snapshot(view=view)  # the first reads the totals,
+        await engine.snapshot(view=view)  # the next the whole overview
         counter.count, limiter.levels_read = 0, 0
         snap = await engine.snapshot(view=view)
         statements[n], levels[n] = counter.count, limiter.levels_read
@@ -72,6 +73,22 @@ async def test_a_views_snapshot_costs_the_same_at_200_and_2000_tenants(
         assert {d.tenant for d in snap.depth} >= set(view.tenants)
     assert statements[2000] == statements[200] <= 4, statements
     assert levels[2000] <= 3 * RECENT_PAIRS + 64, levels  # the recent pairs' buckets, and more
+
+
+async def test_a_views_first_snapshot_reads_the_totals_and_the_next_the_deepest(
+    engines: dict[int, tuple[Engine, CountingLimiter]],
+) -> None:
+    """A console opening on many tenants shows its figures at once: its first snapshot sums
+    the states only; the deepest tenants come with the next one, and stay for
+    ``totals_every_s``."""
+    engine, _limiter = engines[2000]
+    view = SnapshotView(deepest=5, totals_first=True)
+    first = await engine.snapshot(view=view)
+    assert first.queue is not None and first.queue.queued == 2000 * 2
+    assert first.queue.tenants_queued is None and first.deepest == ()
+    second = await engine.snapshot(view=view)
+    assert second.queue is not None and second.queue.tenants_queued == 2000
+    assert len(second.deepest) == 5
 
 
 async def test_the_distribution_of_fills_counts_every_bucket_reading_the_recent_ones(
