@@ -25,7 +25,7 @@ from PySide6.QtWidgets import QApplication
 from app.demo import DEMO_TENANTS, seed_demo
 from app.metrics import METRICS_VIEW, MetricsAddress, MetricsExporter, metrics_address
 from app.session import Context, actor, on_signals, store_url
-from app.wiring import build_engine, build_store
+from app.wiring import build_engine, build_store, loaded_frozen
 from engine import Engine, Pattern
 from ui import Bridge, ConsoleSettings, MainWindow, load_settings, new_event_loop
 
@@ -114,7 +114,9 @@ async def run_console(
             # Enabled once the metrics hold a first snapshot and the API (if any) serves.
             window.setEnabled(True)
             window.statusBar().clearMessage()
-            with on_signals(closed.set):  # Ctrl+C in the terminal closes cleanly too
+            # Ctrl+C in the terminal closes cleanly too; the configuration just loaded stays
+            # out of the collector's rounds meanwhile.
+            with on_signals(closed.set), loaded_frozen():
                 bridge.start_sampling()
                 if (settings.dispatch_on_open if dispatch is None else dispatch) or demo:
                     await bridge.start()

@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from app.session import Context, actor
-from app.wiring import build_engine, build_store
+from app.wiring import build_engine, build_store, loaded_frozen
 from engine import Engine
 
 __all__ = ["open_engine", "reading_engine"]
@@ -34,7 +34,8 @@ async def open_engine(
             webhooks_disabled_after_s=webhooks_disabled_after_s,
         )
         async with engine:
-            yield engine
+            with loaded_frozen():
+                yield engine
 
 
 @contextlib.asynccontextmanager

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from engine.core.collector import collector_paused
 from engine.core.domain import BucketKey, Limit
 from engine.core.errors import OmniPostError
 from engine.core.policy import send_keys
@@ -94,6 +95,10 @@ class Directory:
 
     async def refresh(self) -> None:
         """Reload everything; reconfigure the limiter and rebuild providers that changed."""
+        with collector_paused():  # a million lasting objects at 100,000 tenants
+            await self._reload()
+
+    async def _reload(self) -> None:
         tenants = await self.store.config.tenants()
         providers = await self.store.config.providers(with_secrets=True)
         pairs = await self.store.config.pair_limit_keys()

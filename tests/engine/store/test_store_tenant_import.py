@@ -9,11 +9,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.core.domain import Limit
 from engine.core.errors import ConfigError, Conflict
 from engine.store import Store, TenantImport, TenantRecord, TenantSpec
+from engine.store.config import _tenant
+from engine.store.database import READ_PART, in_parts
+from engine.store.schema import tenants
 
 T0 = 1_700_000_000.0
 ACTOR = "test"
@@ -151,3 +156,24 @@ async def test_thousands_of_tenants_take_a_few_statements(store: Store) -> None:
     assert len(seen) <= 3 + 3 + 2, seen  # and 3 lookups of names, BEGIN/COMMIT at most
     got = {t.name: (t.limit, t.enabled) for t in await cfg.tenants()}
     assert got == {s.name: (s.limit, s.enabled) for s in every}
+
+
+async def test_many_tenants_read_in_parts_straight_from_the_driver(store: Store) -> None:
+    """Past ``READ_PART`` rows: ``tenants()`` reads the driver's rows part by part (a cursor on
+    Postgres) and makes the same records as SQLAlchemy's rows would, in order."""
+    n = READ_PART * 2 + 7
+    specs = [
+        TenantSpec(f"t{i:05d}", Limit(1 + i % 3, 2) if i % 2 else None, enabled=i % 5 != 0, line=i)
+        for i in range(n)
+    ]
+    await store.config.import_tenants(specs, now=T0, actor=ACTOR)
+    got = await store.config.tenants()
+    assert [t.name for t in got] == [s.name for s in specs]
+    assert [(t.limit, t.enabled) for t in got] == [(s.limit, s.enabled) for s in specs]
+    assert all(isinstance(t.enabled, bool) for t in got)
+
+    async def through_sqlalchemy(conn: AsyncConnection) -> list[TenantRecord]:
+        query = sa.select(tenants).order_by(tenants.c.name)
+        return await in_parts(conn, query, _tenant)
+
+    assert await store._db.read(through_sqlalchemy) == got
