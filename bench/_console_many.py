@@ -39,7 +39,7 @@ from PySide6 import __version__ as pyside_version
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QWidget
 
-from app.wiring import build_engine, build_store
+from app.wiring import build_engine, build_store, loaded_frozen
 from engine import Engine, NotificationState, SecretBox, Store, TenantPage, TenantQuery
 from testkit.many_tenants import populate
 from ui import Bridge, MainWindow
@@ -228,40 +228,43 @@ async def bench_tenants(
             )
             rss_before = rss_mb()
             open_s = await _open_s(store, concurrency)
-            await engine.start()  # the engine alone first: what the console adds to it
-            await asyncio.sleep(2.0)
-            alone0, ta = engine.telemetry.totals().delivered, time.perf_counter()
-            alone_lags = await _lagged(seconds / 2)
-            alone_s = time.perf_counter() - ta
-            alone = engine.telemetry.totals().delivered - alone0
+            with loaded_frozen():  # as the console does once its engine opened
+                await engine.start()  # the engine alone first: what the console adds to it
+                await asyncio.sleep(2.0)
+                alone0, ta = engine.telemetry.totals().delivered, time.perf_counter()
+                alone_lags = await _lagged(seconds / 2)
+                alone_s = time.perf_counter() - ta
+                alone = engine.telemetry.totals().delivered - alone0
 
-            bridge, window, window_s, show_s = await _shown(engine, folder)
-            await asyncio.sleep(2.0)  # settle: first samples, config read
-            refreshes: list[float] = []
-            bridge.sampled.connect(lambda _snap: refreshes.append(window.dashboard.full_refresh_s))
-            delivered0 = engine.telemetry.totals().delivered
-            t1 = time.perf_counter()
-            dashboard_lags = await _lagged(seconds)
-            elapsed = time.perf_counter() - t1
-            delivered = engine.telemetry.totals().delivered - delivered0
+                bridge, window, window_s, show_s = await _shown(engine, folder)
+                await asyncio.sleep(2.0)  # settle: first samples, config read
+                refreshes: list[float] = []
+                bridge.sampled.connect(
+                    lambda _snap: refreshes.append(window.dashboard.full_refresh_s)
+                )
+                delivered0 = engine.telemetry.totals().delivered
+                t1 = time.perf_counter()
+                dashboard_lags = await _lagged(seconds)
+                elapsed = time.perf_counter() - t1
+                delivered = engine.telemetry.totals().delivered - delivered0
 
-            window.tabs.setCurrentWidget(window.tenants_view)
-            tenants_lags = await _lagged(0.0, _scroll(window, min(seconds, 8.0)))
-            table = await _table_ms(window, tenants)
-            rss_after = rss_mb()
-            saved = []
-            if shots is not None:
-                views = {
-                    "dashboard": window.dashboard,
-                    "tenants": window.tenants_view,
-                    "queue": window.queue_view,
-                }
-                shots.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, at the end
-                saved = await _shoot(window, views, shots)
-            snap = await engine.snapshot(view=bridge.snapshot_view())
-            buckets = snap.picks.configured if snap.picks else len(snap.buckets)
-            window.close()
-            stop_s = await _closed(bridge)
+                window.tabs.setCurrentWidget(window.tenants_view)
+                tenants_lags = await _lagged(0.0, _scroll(window, min(seconds, 8.0)))
+                table = await _table_ms(window, tenants)
+                rss_after = rss_mb()
+                saved = []
+                if shots is not None:
+                    views = {
+                        "dashboard": window.dashboard,
+                        "tenants": window.tenants_view,
+                        "queue": window.queue_view,
+                    }
+                    shots.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, at the end
+                    saved = await _shoot(window, views, shots)
+                snap = await engine.snapshot(view=bridge.snapshot_view())
+                buckets = snap.picks.configured if snap.picks else len(snap.buckets)
+                window.close()
+                stop_s = await _closed(bridge)
     return {
         "stop_s": stop_s,
         "benchmark": "console_tenants",
