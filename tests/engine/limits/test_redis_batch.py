@@ -198,6 +198,22 @@ async def test_chunks_run_in_order_each_seeing_the_takes_before_it(
     assert level.tokens == pytest.approx(0.0, abs=0.01)
 
 
+async def test_retakes_over_chunks_carry_each_takes_time_and_rooms(make: Make) -> None:
+    """1,200 retakes over three chunks, each giving back the reservation it names (its
+    time and its buckets' rooms sent back with it): every grant kept, none given twice, the
+    bucket left where the takes put it."""
+    limiter = await make()
+    keys = sends(2 * CHUNK + 200)
+    await limiter.configure(keys[0][1], Limit(0.01, 1500.0))
+    first = await limiter.reserve_many([(send, 1) for send in keys])
+    assert {r.granted for r in first} == {1}
+    assert all(len(r.rooms) == len(r.keys) and r.at > 0 for r in first)
+    again = await limiter.retake_many([(r, 1) for r in first])
+    assert [r.granted for r in again] == [1] * len(keys)
+    [level] = await limiter.levels([keys[0][1]])
+    assert level.tokens == pytest.approx(300.0, abs=0.05)
+
+
 async def test_batches_of_nothing_do_no_io() -> None:
     """Nothing asked, nothing to give back: answered without a word to Redis, so a limiter on
     an unreachable one never even finds out."""
