@@ -88,6 +88,10 @@ class EngineParts:
         self._config_token: tuple[int, ...] = ()
         self._config_read_at = -math.inf
         self._sweep_at = -math.inf  # wall s: when the sweep of lifetimes next has work
+        # How far ahead of their time the next sweep queues scheduled rows (at least
+        # ``sweep_ahead_s``), and the rows a second its promotions were seen to queue.
+        self._sweep_lead_s = self.settings.sweep_ahead_s
+        self._promote_per_s = 0.0
 
     def _new_worker(self, concurrency: int) -> tuple[str, Dispatcher]:
         """A new worker id and a dispatcher for it over the same store, limiter, directory and

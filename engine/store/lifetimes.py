@@ -110,6 +110,10 @@ class LifetimesRepo:
             f"SELECT (SELECT min(available_at) FROM {scheduled} WHERE state = '{_SCHEDULED}'),"
             f" (SELECT min(expires_at) FROM {waiting} WHERE {_WAITING_SQL})"
         )
+        self._scheduled_by = sa.text(
+            f"SELECT count(*) FROM (SELECT 1 FROM {scheduled} WHERE state = '{_SCHEDULED}'"
+            " AND available_at <= :upto LIMIT :cap) AS due"
+        )
         columns = "tenant_id, provider_id, state, available_at, expires_at"
         self._timed = sa.text(
             f"SELECT {columns} FROM {waiting} WHERE {_WAITING_SQL} UNION ALL"
@@ -154,6 +158,17 @@ class LifetimesRepo:
         async def tx(conn: AsyncConnection) -> tuple[float | None, float | None]:
             due, deadline = (await conn.execute(self._next)).one()
             return due, deadline
+
+        return await self._db.read(tx)
+
+    async def scheduled_by(self, upto: float, *, cap: int) -> int:
+        """How many scheduled rows fall due by ``upto`` (wall s), counted up to ``cap``: at most
+        ``cap`` entries of the partial index of scheduled rows."""
+
+        async def tx(conn: AsyncConnection) -> int:
+            return int(
+                (await conn.execute(self._scheduled_by, {"upto": upto, "cap": cap})).scalar_one()
+            )
 
         return await self._db.read(tx)
 

@@ -25,6 +25,7 @@ from engine import (
     RetryPolicy,
     SendResult,
 )
+from engine.facade import notifications as notifications_part
 from testkit.scripted import Script, history, view
 from testkit.virtual_time import VirtualEngines, until
 
@@ -417,3 +418,34 @@ async def test_the_scheduled_notifications_of_every_tenant_are_listed_soonest_fi
     assert {v.recipient_masked for v in listed}.isdisjoint({"a@example.com", "b@example.com"})
     everything = await engine.newest_notifications(None, limit=10)
     assert {later.id, sooner.id} <= {v.id for v in everything}
+
+
+async def test_many_rows_due_together_are_queued_as_far_ahead_as_their_promotion_takes(
+    engines: VirtualEngines, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows due in one second are counted once it comes within a minute, and the sweep starts
+    early enough to queue them all at the promotions' rate (here taken as 100 rows/s: 1,000
+    rows, 15 s ahead); a few rows keep ``sweep_ahead_s`` (2 s). Queued early, each is still
+    claimable only from its time."""
+    monkeypatch.setattr(notifications_part, "_FIRST_PER_S", 100.0)
+    engine = await engines.open()
+    await _acme(engine)
+    at = clock.wall() + 40
+    items = [EnqueueItem("p", f"u{i}@example.com", {}, send_at=at) for i in range(1000)]
+    await engine.enqueue_many("acme", items)
+    few = await engine.enqueue("acme", "p", "late@example.com", send_at=at + 120)
+    await engine.update_tenant("acme", enabled=False)  # nothing is sent: the states are read
+    await engine.start()
+    await clock.sleep(40 - 15 - 1)
+    assert await _scheduled(engine) == 1001
+    await clock.sleep(2)
+    assert await _scheduled(engine) == 1  # 1,000 queued 14 s ahead
+    assert await _state(engine, few.id) is SCHEDULED
+    await clock.sleep(120 - 2 - 1 + 14)  # the single one: queued 2 s ahead, not 15
+    assert await _state(engine, few.id) is SCHEDULED
+    await clock.sleep(1.5)
+    assert await _state(engine, few.id) is QUEUED
+
+
+async def _scheduled(engine: Engine) -> int:
+    return sum(r.count for r in await engine.store.queue.depth() if r.state is SCHEDULED)
