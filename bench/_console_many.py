@@ -228,7 +228,7 @@ async def bench_tenants(
             )
             rss_before = rss_mb()
             open_s = await _open_s(store, concurrency)
-            with loaded_frozen():  # as the console does once its engine opened
+            with loaded_frozen(own_process=True):  # as the console does once its engine opened
                 await engine.start()  # the engine alone first: what the console adds to it
                 await asyncio.sleep(2.0)
                 alone0, ta = engine.telemetry.totals().delivered, time.perf_counter()
