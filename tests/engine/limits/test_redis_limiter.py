@@ -258,7 +258,7 @@ async def test_a_whole_set_on_a_fresh_redis_is_written_once(
     async def counted(name: str, calls: Any) -> list[Any]:
         if name == "configure":
             written.append(len(calls))
-        return cast(list[Any], await real(name, calls))
+        return await real(name, calls)
 
     monkeypatch.setattr(limiter._calls, "many", counted)
     await limiter.configure_many(limits)
