@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from app.session import Context, actor
-from app.wiring import build_engine, build_store, loaded_frozen
+from app.wiring import build_engine, build_store
 from engine import Engine
 
 __all__ = ["open_engine", "reading_engine"]
@@ -34,8 +34,7 @@ async def open_engine(
             webhooks_disabled_after_s=webhooks_disabled_after_s,
         )
         async with engine:
-            with loaded_frozen():
-                yield engine
+            yield engine
 
 
 @contextlib.asynccontextmanager

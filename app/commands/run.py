@@ -17,7 +17,7 @@ from app.demo import seed_demo
 from app.metrics import METRICS_VIEW, MetricsAddress, MetricsExporter
 from app.progress import FINAL_VIEW, report_progress, summary_line, work_line
 from app.session import Context, on_signals
-from app.wiring import build_store
+from app.wiring import build_store, loaded_frozen
 from engine import ConfigError, Engine, OmniPostError, Pattern, ProviderHealth, masked_url
 
 __all__ = ["Burst", "WorkerRun", "demo", "simulate", "worker"]
@@ -72,24 +72,27 @@ async def worker(ctx: Context, run: WorkerRun) -> int:
         metrics.following(functools.partial(engine.snapshot, view=METRICS_VIEW)),
         serving.on(engine) as api_url,
     ):
-        await engine.start()
-        if not run.quiet:
-            api = f", the API on {api_url}" if api_url else ""
-            print(
-                f"worker {engine.worker_id} on {masked_url(ctx.db_url)}, "
-                f"concurrency {run.concurrency}{metrics.says()}{api}",
-                file=sys.stderr,
-            )
-        waits: list[asyncio.Future[Any]] = []
-        held: asyncio.Future[tuple[ProviderHealth, ...]] | None = None
-        if run.until_empty:
-            held = asyncio.ensure_future(_held_by_circuits(engine))
-            waits += [asyncio.ensure_future(engine.run_until_empty()), held]
-        if run.duration_s:
-            waits.append(asyncio.ensure_future(asyncio.sleep(run.duration_s)))
-        await _run_until(engine, waits, quiet=run.quiet)
-        await engine.stop()
-        snap = await engine.snapshot(view=FINAL_VIEW)
+        # What the engine loaded lives as long as the worker: out of the collector's rounds
+        # (a command that ends at once gains nothing from it: app.cli freezes at exit).
+        with loaded_frozen():
+            await engine.start()
+            if not run.quiet:
+                api = f", the API on {api_url}" if api_url else ""
+                print(
+                    f"worker {engine.worker_id} on {masked_url(ctx.db_url)}, "
+                    f"concurrency {run.concurrency}{metrics.says()}{api}",
+                    file=sys.stderr,
+                )
+            waits: list[asyncio.Future[Any]] = []
+            held: asyncio.Future[tuple[ProviderHealth, ...]] | None = None
+            if run.until_empty:
+                held = asyncio.ensure_future(_held_by_circuits(engine))
+                waits += [asyncio.ensure_future(engine.run_until_empty()), held]
+            if run.duration_s:
+                waits.append(asyncio.ensure_future(asyncio.sleep(run.duration_s)))
+            await _run_until(engine, waits, quiet=run.quiet)
+            await engine.stop()
+            snap = await engine.snapshot(view=FINAL_VIEW)
     print(summary_line(snap, time.monotonic() - start))
     if not run.quiet:
         print(work_line(snap), file=sys.stderr)
