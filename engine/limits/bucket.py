@@ -105,9 +105,10 @@ class TokenBucket:
         tokens = self._tokens + elapsed * self._rate_per_s
         return math.floor((tokens if tokens < self._burst else self._burst) + EPSILON)
 
-    def take_whole(self, now: float, n: int) -> None:
+    def take_whole(self, now: float, n: int) -> float:
         """``try_take(now, n)`` for an ``n`` of at most ``whole_at(now)``, which it takes (in
-        one call: a limiter takes from each bucket of every send)."""
+        one call: a limiter takes from each bucket of every send); returns the room the take
+        left (tokens short of the burst), which bounds a refund of them."""
         elapsed = now - self._stamp
         if elapsed > 0:
             tokens = self._tokens + elapsed * self._rate_per_s
@@ -115,10 +116,7 @@ class TokenBucket:
             self._stamp = now
         else:  # an earlier (or NaN) time adds nothing, and the stamp stays the latest seen
             self._tokens -= n
-
-    def room_at(self, now: float) -> float:
-        """How many tokens short of its burst the bucket is at ``now``. Not changed."""
-        return self._burst - self.tokens_at(now)
+        return self._burst - self._tokens
 
     def wait_s(self, now: float, n: float = 1.0) -> float:
         """Seconds from ``now`` until ``n`` tokens are there, if nothing else is taken.

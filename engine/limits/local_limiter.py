@@ -116,9 +116,12 @@ class LocalLimiter:
             granted = tokens if tokens < granted else granted  # min(), without the call
         rooms: tuple[float, ...] = ()
         if granted > 0:
-            for _, bucket in configured:
-                bucket.take_whole(now, granted)
-            rooms = tuple(0.0 if b is None else b.room_at(now) for b in slots)
+            left = [bucket.take_whole(now, granted) for _, bucket in configured]
+            if len(left) == len(slots):  # every key configured: the rooms in the keys' order
+                rooms = tuple(left)
+            else:  # a key without a limit was debited nothing: nothing to give back to it
+                taken = iter(left)
+                rooms = tuple([0.0 if b is None else next(taken) for b in slots])
         if granted == n:  # the common case: once per send
             return Reservation(unique, n, 0.0, (), (), now, rooms)
         # Short: until every bucket has a token again, and which held it (the blocked ones,
