@@ -103,7 +103,7 @@ class Door:
         """The live key ``key`` is, as the store said at most ``KEY_TTL_S`` ago (an unknown
         key is asked about each time)."""
         digest = hashlib.sha256(key.encode()).hexdigest()
-        return await self._keys.get(digest, lambda: self.engine.check_api_key(key))
+        return await self._keys.get(digest, lambda: self.engine.api_key_check(key))
 
     async def queued(self, tenant: str) -> int:
         """About how many notifications ``tenant`` holds queued: the store's count, read at

@@ -120,7 +120,7 @@ async def post_notifications(
     canonical = json.dumps(_fingerprinted(body), sort_keys=True, separators=(",", ":"))
     fingerprint = hashlib.sha256(canonical.encode()).hexdigest()
     owner = uuid.uuid4().hex
-    claim = await door.engine.claim_request(
+    claim = await door.engine.request_claim(
         caller.tenant, idempotency_key, fingerprint, owner=owner
     )
     if claim.kind is ClaimKind.REPLAY:
@@ -148,10 +148,10 @@ async def post_notifications(
     try:
         answer = await _queue(door, caller, body, items, idempotency_key)
     except BaseException:
-        await door.engine.abandon_request(caller.tenant, idempotency_key, owner=owner)
+        await door.engine.request_abandon(caller.tenant, idempotency_key, owner=owner)
         raise
     first = (answer["notifications"][0] if "notifications" in answer else answer)["id"]
-    await door.engine.finish_request(
+    await door.engine.request_finish(
         caller.tenant,
         idempotency_key,
         owner=owner,
@@ -333,7 +333,7 @@ async def cancel_notification(
     caller = await door.admit(request, "send")
     _limited(response, caller)
     try:
-        view = await door.engine.cancel(caller.tenant, id)
+        view = await door.engine.notification_cancel(caller.tenant, id)
     except NotCancellable as exc:
         door.metrics.refused("not_cancellable")
         raise ProblemError(409, exc.message, extra={"state": exc.state.value}) from None

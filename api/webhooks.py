@@ -105,7 +105,7 @@ async def add_webhook(request: Request, response: Response, body: WebhookIn) -> 
     door = request.app.state.door
     caller = await door.admit(request, "webhooks")
     response.headers.update(caller.limit.headers())
-    made = await door.engine.add_webhook(
+    made = await door.engine.webhook_add(
         caller.tenant,
         body.url,
         events=body.events,
@@ -130,7 +130,7 @@ async def list_webhooks(request: Request, response: Response) -> WebhookList:
 async def remove_webhook(request: Request, id: Annotated[int, Path(ge=1, le=_MAX_ID)]) -> Response:
     door = request.app.state.door
     caller = await door.admit(request, "webhooks")
-    await door.engine.remove_webhook(caller.tenant, id)
+    await door.engine.webhook_remove(caller.tenant, id)
     return Response(status_code=204, headers=caller.limit.headers())
 
 
@@ -144,5 +144,5 @@ async def rotate_webhook_secret(
     door = request.app.state.door
     caller = await door.admit(request, "webhooks")
     response.headers.update(caller.limit.headers())
-    made = await door.engine.rotate_webhook_secret(caller.tenant, id)
+    made = await door.engine.webhook_secret_rotate(caller.tenant, id)
     return await _made(request, caller.tenant, made)

@@ -81,7 +81,7 @@ def _tenant_set(a: argparse.Namespace, ctx: Context) -> Coroutine[Any, Any, int]
 
 
 def _api_changes(a: argparse.Namespace) -> dict[str, Any]:
-    """``tenant set``'s HTTP API flags as ``Engine.update_tenant`` takes them ('default':
+    """``tenant set``'s HTTP API flags as ``Engine.tenant_update`` takes them ('default':
     None, back to the server's)."""
     changes: dict[str, Any] = {}
     if a.api_rate is not None:

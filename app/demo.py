@@ -60,15 +60,15 @@ async def seed_demo(engine: Engine) -> list[str]:
     tenants = {t.name for t in await engine.tenants()}
     for name, limit in DEMO_TENANTS:
         if name not in tenants:
-            await engine.add_tenant(name, limit)
+            await engine.tenant_add(name, limit)
             added.append(name)
     providers = {p.name for p in await engine.providers()}
     for name, limit, options in DEMO_PROVIDERS:
         if name not in providers:
-            await engine.add_provider(name, "simulated", limit, options)
+            await engine.provider_add(name, "simulated", limit, options)
             added.append(name)
     pairs = {(p.tenant, p.provider) for p in await engine.pair_limits()}
     for tenant, provider, limit in DEMO_PAIRS:
         if (tenant, provider) not in pairs:
-            await engine.set_pair_limit(tenant, provider, limit)
+            await engine.pair_limit_set(tenant, provider, limit)
     return added

@@ -79,8 +79,8 @@ async def self_test(folder: Path, screenshot: Path | None) -> tuple[bool, str]:
         engine = build_engine(store, concurrency=32, actor="console:self-test")
         await engine.open()
         for name, limit in TENANTS.items():
-            await engine.add_tenant(name, limit)
-        await engine.add_provider(PROVIDER[0], "file", PROVIDER[1], {"path": str(out)})
+            await engine.tenant_add(name, limit)
+        await engine.provider_add(PROVIDER[0], "file", PROVIDER[1], {"path": str(out)})
         bridge = Bridge(engine, interval_ms=200, history_s=60)
         errors: list[str] = []
         bridge.error.connect(errors.append)

@@ -231,7 +231,7 @@ async def open_engine(
             limiter_backend=limiter_backend,
         )
         async with engine:
-            await engine.add_provider(
+            await engine.provider_add(
                 "noop", "simulated", options=provider_options or {"latency_ms": "0"}
             )
             yield Bench(engine, store, box)
@@ -244,7 +244,7 @@ async def fill(
     """Add ``tenant`` (with ``limit``) and enqueue ``count`` notifications for it through the
     public API; returns the enqueue rate per second."""
     if engine.directory.tenant_id(tenant) is None:
-        await engine.add_tenant(tenant, limit)
+        await engine.tenant_add(tenant, limit)
     t0 = time.perf_counter()
     for start in range(0, count, chunk):
         items = [

@@ -83,17 +83,17 @@ async def _lag_probe(lags: list[float], period_s: float = 0.01) -> None:
 
 async def _setup(engine: Engine) -> None:
     for name in TENANTS:
-        await engine.add_tenant(name, Limit(100, 100))
+        await engine.tenant_add(name, Limit(100, 100))
     for name in PROVIDERS:
-        await engine.add_provider(name, "simulated", Limit(1000, 500), {"latency_ms": "1"})
-    await engine.set_pair_limit(TENANTS[0], PROVIDERS[0], Limit(200, 100))
-    await engine.set_pair_limit(TENANTS[1], PROVIDERS[1], Limit(200, 100))
+        await engine.provider_add(name, "simulated", Limit(1000, 500), {"latency_ms": "1"})
+    await engine.pair_limit_set(TENANTS[0], PROVIDERS[0], Limit(200, 100))
+    await engine.pair_limit_set(TENANTS[1], PROVIDERS[1], Limit(200, 100))
 
 
 async def _deepen(engine: Engine, url: str, box: SecretBox, rows: int) -> dict[str, float]:
     """A month of ``rows`` delivered notifications and ``rows`` queued behind a 1/s tenant."""
-    history = await engine.add_tenant("history")
-    backlog = await engine.add_tenant("backlog", Limit(1.0, 1.0))
+    history = await engine.tenant_add("history")
+    backlog = await engine.tenant_add("backlog", Limit(1.0, 1.0))
     provider_id = engine.directory.provider_id(PROVIDERS[0]) or 0
     token = box.encrypt("customer@example.com")
     history_s = await insert_history(url, history.id, provider_id, token, rows)

@@ -282,14 +282,14 @@ async def setup(side: Side) -> dict[str, Any]:
         "revision": migrated[-1] if migrated else None,
     }
     async with open_store(side.url, side.box) as (store, _), new_engine(store) as engine:
-        await engine.add_provider(PROVIDER, "file", options={"path": str(side.out)})
-        history = await engine.add_tenant("history")
-        backlog = await engine.add_tenant("backlog", Limit(1.0, 1.0))
-        await engine.add_tenant("fresh")
+        await engine.provider_add(PROVIDER, "file", options={"path": str(side.out)})
+        history = await engine.tenant_add("history")
+        backlog = await engine.tenant_add("backlog", Limit(1.0, 1.0))
+        await engine.tenant_add("fresh")
         provider_id = engine.directory.provider_id(PROVIDER) or 0
         # Keep everything (migration 0003's retention, when the engine has it): the store must
         # stay as deep as it was made, and no worker may start pruning during a measurement.
-        set_retention = getattr(engine, "set_retention", None)
+        set_retention = getattr(engine, "retention_set", None)
         if set_retention is not None:
             await set_retention(delivered_s=None, dead_s=None, log_s=None, audit_s=None)
             info["retention"] = "forever"
@@ -341,7 +341,7 @@ async def in_process(side: Side, calls: int) -> dict[str, Any]:
         queue = store.queue
         statements = {
             "depth_ms": await median_ms(queue.depth, 5),
-            "due_keys_ms": await median_ms(lambda: queue.due_keys(time.time(), enabled), 5),
+            "due_keys_ms": await median_ms(lambda: queue.due_pairs(time.time(), enabled), 5),
             "outcomes_60s_ms": await median_ms(
                 lambda: store.stats.outcomes_since(time.time() - 60), 5
             ),

@@ -38,8 +38,8 @@ async def drain(url: str, count: int, concurrency: int) -> dict[str, float | int
         async with Engine(
             store, LocalLimiter(SystemClock()), BUILTIN_KINDS, settings=settings
         ) as engine:
-            await engine.add_tenant("bench")
-            await engine.add_provider("noop", "simulated", options={"latency_ms": "0"})
+            await engine.tenant_add("bench")
+            await engine.provider_add("noop", "simulated", options={"latency_ms": "0"})
             t0 = time.perf_counter()
             chunk = 1000
             for start in range(0, count, chunk):

@@ -74,7 +74,7 @@ async def scenario(url: str, name: str, args: Any) -> dict[str, Any]:
     async with open_engine(
         url, concurrency=args.concurrency, batch=args.batch, provider_options=options
     ) as b:
-        await b.engine.add_tenant("small")
+        await b.engine.tenant_add("small")
         if name != "alone":
             limit = Limit(args.big_rate, args.big_rate / 10) if name == "burst_limited" else None
             await fill(b.engine, "big", args.backlog, limit=limit)

@@ -196,8 +196,8 @@ async def measure_direct(url: str, seconds: float, concurrency: int) -> dict[str
         await store.migrate()
         engine = Engine(store, LocalLimiter(SystemClock()), BUILTIN_KINDS)
         async with engine:
-            await engine.add_tenant("bench")
-            await engine.add_provider("sim", "simulated")
+            await engine.tenant_add("bench")
+            await engine.provider_add("sim", "simulated")
             row = EnqueueItem("sim", "ada@example.com", PAYLOAD)
             rows = [row] * BATCH
             done = 0

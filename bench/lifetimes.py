@@ -66,9 +66,9 @@ def _engine(store: Store, *, concurrency: int = 32) -> Engine:
 
 
 async def _setup(engine: Engine, limit: Limit | None = None) -> None:
-    await engine.add_provider("noop", "simulated", options={"latency_ms": "0"})
+    await engine.provider_add("noop", "simulated", options={"latency_ms": "0"})
     for t in range(TENANTS):
-        await engine.add_tenant(f"t{t:03d}", limit)
+        await engine.tenant_add(f"t{t:03d}", limit)
 
 
 async def _enqueue(engine: Engine, count: int, tag: str, *, send_at: float | None = None) -> float:

@@ -57,10 +57,10 @@ async def prepare(url: str, key: str, args: Any, *, busy: bool) -> None:
         await store.migrate()
         async with Engine(store, LocalLimiter(SystemClock()), BUILTIN_KINDS) as engine:
             for name in PROVIDERS:
-                await engine.add_provider(name, "simulated", PROVIDER_LIMIT, {"latency_ms": "5"})
+                await engine.provider_add(name, "simulated", PROVIDER_LIMIT, {"latency_ms": "5"})
             specs = [TenantSpec(f"b{i:03d}", TENANT_LIMIT) for i in range(args.big)]
             specs += [TenantSpec(small_name(i), TENANT_LIMIT) for i in range(small)]
-            await engine.import_tenants(specs)
+            await engine.tenant_import(specs)
             for i in range(small):
                 provider = PROVIDERS[i % len(PROVIDERS)]
                 items = [

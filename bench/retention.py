@@ -89,10 +89,10 @@ async def run_store(url: str, args: Any) -> dict[str, Any]:
     box = SecretBox([SecretBox.generate_key()])
     token = box.encrypt("customer@example.com")
     async with open_store(url, box) as (store, _), new_engine(store) as engine:
-        await engine.add_provider("out", "simulated")
-        tenant = await engine.add_tenant("history")
+        await engine.provider_add("out", "simulated")
+        tenant = await engine.tenant_add("history")
         ids = (tenant.id, engine.directory.provider_id("out") or 0)
-        await engine.set_retention(delivered_s=DAY_S, log_s=DAY_S)
+        await engine.retention_set(delivered_s=DAY_S, log_s=DAY_S)
         now = time.time()
         t0 = time.perf_counter()
         await fill(url, ids, token, args.per_day * 30, now - 30 * DAY_S, 30 * DAY_S, "m")

@@ -60,7 +60,7 @@ async def prepare(url: str, key: str, count: int) -> float:
     async with Store(url, SecretBox([key])) as store:
         await store.migrate()
         async with Engine(store, LocalLimiter(SystemClock()), BUILTIN_KINDS) as engine:
-            await engine.add_provider("noop", "simulated", PROVIDER_LIMIT, {"latency_ms": "0"})
+            await engine.provider_add("noop", "simulated", PROVIDER_LIMIT, {"latency_ms": "0"})
             return await fill(engine, "bench", count)
 
 

@@ -14,7 +14,7 @@ batch 32 and a 0 ms provider:
   ``--max-drain-s`` if slower; the rate is then what it delivered in that time.
 
 Beside the drains, the statements the engine repeats, timed alone through the store (median of
-a few calls): ``claim`` of 32 rows of the deep key (then released), ``due_keys`` (the
+a few calls): ``claim`` of 32 rows of the deep key (then released), ``due_pairs`` (the
 dispatcher's refresh, over enabled tenants; ``due_keys_deep`` with the deep tenant enabled
 too) and ``depth`` (per-tenant counts: every telemetry
 snapshot, so every console tick, runs it). The 1,000,000 case runs on Postgres only (its bulk
@@ -125,9 +125,9 @@ async def statement_costs(engine: Engine, backlog_id: int, provider_id: int) -> 
         "claim_32_ms": round(statistics.median(claims), 2),
         # The dispatcher asks for enabled tenants only: cheap while the deep one is disabled,
         # and the second figure once it is enabled (the same_key drain).
-        "due_keys_ms": await median_ms(lambda: queue.due_keys(time.time(), enabled), 5),
+        "due_keys_ms": await median_ms(lambda: queue.due_pairs(time.time(), enabled), 5),
         "due_keys_deep_ms": await median_ms(
-            lambda: queue.due_keys(time.time(), [*enabled, backlog_id]), 5
+            lambda: queue.due_pairs(time.time(), [*enabled, backlog_id]), 5
         ),
         "depth_ms": await median_ms(queue.depth, 3),
     }
@@ -152,9 +152,9 @@ async def one_size(
     url: str, store: Store, box: SecretBox, size: int, args: Any, *, analyze_sqlite: bool = False
 ) -> dict[str, Any]:
     async with new_engine(store) as setup:
-        await setup.add_provider("noop", "simulated", options={"latency_ms": "0"})
-        backlog = await setup.add_tenant("backlog", enabled=False)
-        await setup.add_tenant("bench")
+        await setup.provider_add("noop", "simulated", options={"latency_ms": "0"})
+        backlog = await setup.tenant_add("backlog", enabled=False)
+        await setup.tenant_add("bench")
         provider_id = setup.directory.provider_id("noop") or 0
     token = box.encrypt("u@example.com")
     insert_s = await bulk_insert(
@@ -166,7 +166,7 @@ async def one_size(
         await fill(engine, "bench", args.batch_count)
         result["other_key"] = await drain(engine, args.batch_count, args.max_drain_s)
     async with new_engine(store) as engine:
-        await engine.update_tenant("backlog", enabled=True)
+        await engine.tenant_update("backlog", enabled=True)
         count = min(size, args.batch_count)
         result["same_key"] = await drain(engine, count, args.max_drain_s)
     return result

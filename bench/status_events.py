@@ -117,12 +117,12 @@ def _engine(store: Store, *, courier: bool = True) -> Engine:
 
 
 async def _setup(engine: Engine, tenants: int, hook: str | None, rate: float | None) -> None:
-    await engine.add_provider("noop", "simulated", options={"latency_ms": "0"})
+    await engine.provider_add("noop", "simulated", options={"latency_ms": "0"})
     for t in range(tenants):
-        await engine.add_tenant(f"t{t:03d}")
+        await engine.tenant_add(f"t{t:03d}")
         if hook is not None:
             burst = None if rate is None else rate
-            await engine.add_webhook(
+            await engine.webhook_add(
                 f"t{t:03d}", hook, allow_private=True, rate_per_s=rate, burst=burst
             )
 

@@ -68,9 +68,9 @@ async def prepare(
         await store.migrate()
         async with Engine(store, LocalLimiter(SystemClock()), BUILTIN_KINDS) as engine:
             for name in PROVIDERS:
-                await engine.add_provider(name, "simulated", PROVIDER_LIMIT, {"latency_ms": "5"})
+                await engine.provider_add(name, "simulated", PROVIDER_LIMIT, {"latency_ms": "5"})
             await _add_tenants(engine, tenants)
-            await engine.import_tenants(
+            await engine.tenant_import(
                 [TenantSpec(f"idle{i:06d}", TENANT_LIMIT) for i in range(idle)]
             )
             setup_s = time.perf_counter() - t0
@@ -90,7 +90,7 @@ async def prepare(
 
 async def _add_tenants(engine: Engine, tenants: int) -> None:
     specs = [TenantSpec(f"t{i:05d}", TENANT_LIMIT) for i in range(tenants)]
-    await engine.import_tenants(specs)
+    await engine.tenant_import(specs)
 
 
 def run_worker(

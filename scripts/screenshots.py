@@ -90,9 +90,9 @@ async def receiver() -> asyncio.Server:
 async def subscribe(engine: Engine, tenant: str, port: int) -> None:
     """Two endpoints of ``tenant``: its application, and one that is down (nothing listens)."""
     url = f"http://127.0.0.1:{port}/omnipost/events"
-    await engine.add_webhook(tenant, url, allow_private=True)
+    await engine.webhook_add(tenant, url, allow_private=True)
     down = "http://127.0.0.1:9/events"
-    await engine.add_webhook(tenant, down, events=["dead", "expired"], allow_private=True)
+    await engine.webhook_add(tenant, down, events=["dead", "expired"], allow_private=True)
 
 
 async def tour(window: MainWindow, save: Callable[[str], Awaitable[None]]) -> None:

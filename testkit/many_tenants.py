@@ -64,7 +64,7 @@ async def populate(
     t0 = time.perf_counter()
     for name in PROVIDERS:
         options = {"latency_ms": str(latency_ms)}
-        await engine.add_provider(name, "simulated", PROVIDER_LIMIT, options)
+        await engine.provider_add(name, "simulated", PROVIDER_LIMIT, options)
     provider_ids = [engine.directory.provider_id(p) or 0 for p in PROVIDERS]
     rows = _rows(tenants, provider_ids, pair_limits, queued, token)
     if url.startswith("sqlite"):

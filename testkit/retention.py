@@ -31,9 +31,9 @@ class Keys:
 
 async def make_keys(store: Store) -> Keys:
     config = store.config
-    tenants = [(await config.add_tenant(n, None, now=T0, actor=ACTOR)).id for n in ("acme", "beta")]
+    tenants = [(await config.tenant_add(n, None, now=T0, actor=ACTOR)).id for n in ("acme", "beta")]
     providers = [
-        (await config.add_provider(n, "simulated", None, {}, {}, now=T0, actor=ACTOR)).id
+        (await config.provider_add(n, "simulated", None, {}, {}, now=T0, actor=ACTOR)).id
         for n in ("sms", "mail")
     ]
     return Keys((tenants[0], tenants[1]), (providers[0], providers[1]))

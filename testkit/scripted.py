@@ -58,8 +58,8 @@ class _ScriptedProvider:
 
 async def setup(engine: Engine, n: int = 1) -> list[int]:
     """Tenant 'acme', provider 'p' (scripted), ``n`` notifications keyed k0, k1, ..."""
-    await engine.add_tenant("acme")
-    await engine.add_provider("p", "scripted")
+    await engine.tenant_add("acme")
+    await engine.provider_add("p", "scripted")
     return [
         (await engine.enqueue("acme", "p", f"user{i}@example.com", key=f"k{i}")).id
         for i in range(n)

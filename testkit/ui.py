@@ -77,10 +77,10 @@ class Console:
 
     def seed(self, provider_options: dict[str, str] | None = None) -> None:
         """Tenants acme (20/s, burst 5) and globex (unlimited), provider sim (fast)."""
-        self.run(self.engine.add_tenant("acme", Limit(20, 5)))
-        self.run(self.engine.add_tenant("globex"))
+        self.run(self.engine.tenant_add("acme", Limit(20, 5)))
+        self.run(self.engine.tenant_add("globex"))
         options = provider_options or {"latency_ms": "1"}
-        self.run(self.engine.add_provider("sim", "simulated", None, options))
+        self.run(self.engine.provider_add("sim", "simulated", None, options))
         self.run(self.bridge.reload_config())
 
     def close(self) -> None:

@@ -103,6 +103,23 @@ def test_the_engines_menu_names_every_public_method_where_it_is() -> None:
         assert owner.__module__ == f"engine.facade.{module}", (name, owner.__module__)
 
 
+# Verbs that would start a verb-first name; the lifecycle's own verbs (start, stop, pause, ...)
+# and enqueue are the engine's, not a family's, and stay verbs.
+_VERBS = {
+    "add", "update", "import", "set", "check", "create", "revoke", "remove", "enable",
+    "disable", "rotate", "replay", "retry", "discard", "cancel", "suppress", "unsuppress",
+    "claim", "finish", "abandon", "test", "resume", "sweep", "delete", "list", "get",
+}  # fmt: skip
+
+
+def test_the_engines_methods_are_named_noun_first_so_families_sort_together() -> None:
+    from engine.facade.engine import Engine
+
+    public = [name for name in dir(Engine) if not name.startswith("_") and "_" in name]
+    verb_first = [name for name in public if name.split("_")[0] in _VERBS]
+    assert not verb_first, f"name these noun first (tenant_add, dead_retry): {verb_first}"
+
+
 def test_the_menu_check_reads_families_and_their_continued_lines() -> None:
     doc = """Intro ``not_this``.
 

@@ -104,18 +104,18 @@ class Bridge(WebhookCommands):
         await self._cancel_simulation()
         await self._engine.stop()
 
-    def set_concurrency(self, n: int) -> None:
+    def concurrency_set(self, n: int) -> None:
         try:
-            self._engine.set_concurrency(n)
+            self._engine.concurrency_set(n)
         except OmniPostError as exc:
             self.report_error(exc.message)
 
     # -- configuration ---------------------------------------------------------------------
 
     @command
-    async def add_tenant(self, name: str, limit: Limit | None) -> None:
+    async def tenant_add(self, name: str, limit: Limit | None) -> None:
         try:
-            await self._engine.add_tenant(name, limit)
+            await self._engine.tenant_add(name, limit)
         finally:
             await self._reloaded("tenants", "limits")
         self.notice.emit(f"tenant {name} added")
@@ -124,7 +124,7 @@ class Bridge(WebhookCommands):
     async def set_tenant_limit(self, name: str, limit: Limit | None) -> None:
         """Apply ``limit`` (None: unlimited) live; the store and the audit log record it."""
         try:
-            await self._engine.update_tenant(name, limit=limit)
+            await self._engine.tenant_update(name, limit=limit)
         finally:
             await self._reloaded("tenants", "limits")
         self.notice.emit(f"tenant {name}: {'unlimited' if limit is None else limit}")
@@ -132,13 +132,13 @@ class Bridge(WebhookCommands):
     @command
     async def set_tenant_enabled(self, name: str, enabled: bool) -> None:
         try:
-            await self._engine.update_tenant(name, enabled=enabled)
+            await self._engine.tenant_update(name, enabled=enabled)
         finally:
             await self._reloaded("tenants")
         self.notice.emit(f"tenant {name} {'enabled' if enabled else 'disabled'}")
 
     @command
-    async def import_tenants(self, path: str, update: bool = False) -> None:
+    async def tenant_import(self, path: str, update: bool = False) -> None:
         """Import the tenants of the JSON-lines file at ``path`` as ``omnipost tenant import``
         does: every line is checked first, and all of them are written in one transaction or
         none. A bad line, or (without ``update``) a tenant that exists, is one sentence on
@@ -146,15 +146,15 @@ class Bridge(WebhookCommands):
         # Read and checked on a thread: 10,000 lines take a noticeable moment.
         specs = await asyncio.to_thread(read_tenant_file, path)
         try:
-            summary = await self._engine.import_tenants(specs, update=update)
+            summary = await self._engine.tenant_import(specs, update=update)
         finally:
             await self._reloaded("tenants", "limits")
         self.notice.emit(str(summary))
 
     @command
-    async def set_pair_limit(self, tenant: str, provider: str, limit: Limit | None) -> None:
+    async def pair_limit_set(self, tenant: str, provider: str, limit: Limit | None) -> None:
         try:
-            await self._engine.set_pair_limit(tenant, provider, limit)
+            await self._engine.pair_limit_set(tenant, provider, limit)
         finally:
             await self._reloaded("limits")
         self.notice.emit(f"{tenant} on {provider}: {'unlimited' if limit is None else limit}")
@@ -174,27 +174,27 @@ class Bridge(WebhookCommands):
             if any(p.name == name for p in self._providers):
                 current = next(p for p in self._providers if p.name == name)
                 removed = {k: "" for k in current.options if k not in options}
-                await self._engine.update_provider(
+                await self._engine.provider_update(
                     name, kind=kind, limit=limit, options={**removed, **options}, secrets=secrets
                 )
                 verb = "saved"
             else:
-                await self._engine.add_provider(name, kind, limit, options, secrets)
+                await self._engine.provider_add(name, kind, limit, options, secrets)
                 verb = "added"
         finally:
             await self._reloaded("providers", "limits")
         self.notice.emit(f"provider {name} {verb}")
 
     @command
-    async def resume_provider(self, name: str) -> None:
+    async def circuit_close(self, name: str) -> None:
         """Close ``name``'s circuit now (audited): its notifications go out again at once."""
-        before = await self._engine.resume_provider(name)
+        before = await self._engine.circuit_close(name)
         self.notice.emit(f"provider {name}: circuit closed (was {before.state}); sending again")
         await self.sample()
 
     @command
-    async def test_send(self, provider: str, recipient: str) -> None:
-        result = await self._engine.test_send(provider, recipient)
+    async def provider_test_send(self, provider: str, recipient: str) -> None:
+        result = await self._engine.provider_test_send(provider, recipient)
         detail = f" ({result.detail})" if result.detail else ""
         verb = "delivered" if result.outcome is Outcome.DELIVERED else result.outcome.value
         self.test_sent.emit(f"test send to {mask(recipient)} via {provider}: {verb}{detail}")
@@ -224,16 +224,16 @@ class Bridge(WebhookCommands):
         await self._follow_queue((tenant, state, limit))
 
     @command
-    async def retry_dead(self, ids: Sequence[int] | None, tenant: str | None = None) -> None:
+    async def dead_retry(self, ids: Sequence[int] | None, tenant: str | None = None) -> None:
         """Queue dead notifications again: ``ids``, or every dead one (of ``tenant``)."""
-        count, suppressed = await self._engine.retry_dead_counts(ids, tenant=tenant)
+        count, suppressed = await self._engine.dead_retry_counts(ids, tenant=tenant)
         also = f", {suppressed} suppressed instead (on a suppression list)" if suppressed else ""
         self.notice.emit(f"{count} dead notification{'s' if count != 1 else ''} queued again{also}")
         await self._requery()
 
     @command
-    async def discard_dead(self, ids: Sequence[int] | None, tenant: str | None = None) -> None:
-        count = await self._engine.discard_dead(ids, tenant=tenant)
+    async def dead_discard(self, ids: Sequence[int] | None, tenant: str | None = None) -> None:
+        count = await self._engine.dead_discard(ids, tenant=tenant)
         self.notice.emit(f"{count} dead notification{'s' if count != 1 else ''} discarded")
         await self._requery()
 
@@ -244,7 +244,7 @@ class Bridge(WebhookCommands):
         refused: list[str] = []
         for tenant, notification_id in targets:
             try:
-                await self._engine.cancel(tenant, notification_id)
+                await self._engine.notification_cancel(tenant, notification_id)
             except (NotFound, NotCancellable) as exc:
                 refused.append(exc.message)
         done = len(targets) - len(refused)
@@ -263,12 +263,12 @@ class Bridge(WebhookCommands):
         await self._store_reloaded()
 
     @command
-    async def set_retention(self, ages: Mapping[str, float | None]) -> None:
+    async def retention_set(self, ages: Mapping[str, float | None]) -> None:
         """Change the windows named in ``ages`` (``delivered_s``, ``dead_s``, ``log_s``,
         ``audit_s``, ``suppressions_s``; None keeps forever) for every process on the store;
         the engine audits it."""
         try:
-            retention = await self._engine.set_retention(**ages)
+            retention = await self._engine.retention_set(**ages)
         finally:
             await self._store_reloaded()
         changes = ", ".join(
@@ -371,7 +371,7 @@ class Bridge(WebhookCommands):
         a change to a tenant or provider that is gone applies none of them."""
         engine = self._engine
         with self._telling_failure():
-            await engine.check_names(
+            await engine.names_check(
                 tenants=[c.key.tenant for c in changes if c.key.tenant],
                 providers=[c.key.provider for c in changes if c.key.provider],
             )
@@ -387,11 +387,11 @@ class Bridge(WebhookCommands):
     async def _apply(self, change: LimitChange, limit: Limit | None) -> None:
         key = change.key
         if key.tenant and key.provider:
-            await self._engine.set_pair_limit(key.tenant, key.provider, limit)
+            await self._engine.pair_limit_set(key.tenant, key.provider, limit)
         elif key.tenant:
-            await self._engine.update_tenant(key.tenant, limit=limit)
+            await self._engine.tenant_update(key.tenant, limit=limit)
         else:
-            await self._engine.update_provider(key.provider, limit=limit)
+            await self._engine.provider_update(key.provider, limit=limit)
 
     @contextlib.contextmanager
     def _telling_failure(self) -> Iterator[None]:

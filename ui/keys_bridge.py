@@ -25,17 +25,17 @@ class KeyCommands(Sampler):
         self.api_keys_loaded.emit(await self._engine.api_keys(tenant or None))
 
     @command
-    async def create_api_key(self, tenant: str, name: str, scope: Sequence[str]) -> None:
+    async def api_key_create(self, tenant: str, name: str, scope: Sequence[str]) -> None:
         """Make a key (audited: the log panel shows it); the key goes out once, on
         ``api_key_created``."""
-        record, key = await self._engine.create_api_key(tenant, name=name, scope=scope)
+        record, key = await self._engine.api_key_create(tenant, name=name, scope=scope)
         self.api_key_created.emit(record, key)
         self.api_keys_loaded.emit(await self._engine.api_keys(tenant))
 
     @command
-    async def revoke_api_key(self, key_id: int, tenant: str = "") -> None:
+    async def api_key_revoke(self, key_id: int, tenant: str = "") -> None:
         """Revoke key ``key_id`` for good (audited), then list ``tenant``'s keys again."""
-        await self._engine.revoke_api_key(key_id)  # the audit log, polled, tells the log panel
+        await self._engine.api_key_revoke(key_id)  # the audit log, polled, tells the log panel
         self.api_keys_loaded.emit(await self._engine.api_keys(tenant or None))
 
     @command
@@ -49,5 +49,5 @@ class KeyCommands(Sampler):
     ) -> None:
         """Set ``tenant``'s request limit per key and queue cap (``None``: the server's default;
         audited; ``omnipost serve`` reads it again within five seconds), then send it again."""
-        record = await self._engine.update_tenant(tenant, api_limit=limit, max_queued=max_queued)
+        record = await self._engine.tenant_update(tenant, api_limit=limit, max_queued=max_queued)
         self.api_limits_loaded.emit(record)

@@ -70,7 +70,7 @@ class MainWindow(QMainWindow):
         self._settings_dialog: SettingsDialog | None = None
 
         self.bar = MessageBar()
-        self.circuits = CircuitBanner(bridge.resume_provider)
+        self.circuits = CircuitBanner(bridge.circuit_close)
         self.dashboard = Dashboard(bridge)
         self.tenants_view = TenantsView(bridge)
         self.providers_view = ProvidersView(bridge)
@@ -157,7 +157,7 @@ class MainWindow(QMainWindow):
         self.concurrency.setValue(self.bridge.engine.concurrency)
         self.concurrency.setPrefix("concurrency ")
         self.concurrency.setToolTip("Sends this console's engine makes at once.")
-        self.concurrency.valueChanged.connect(self.bridge.set_concurrency)
+        self.concurrency.valueChanged.connect(self.bridge.concurrency_set)
 
         toolbar = QToolBar("Dispatch")
         toolbar.setObjectName("DispatchToolbar")

@@ -349,7 +349,7 @@ class Sampler(QObject):
         """Take tenants and limits from the engine and read the providers; emit the ones
         that changed (tenants and limits: when the engine loaded its configuration again)."""
         engine = self._engine
-        applied = await engine.applied_config()
+        applied = await engine.config_applied()
         self._providers = await engine.providers()
         if applied.load != self._config_load:
             self._config_load = applied.load
@@ -389,13 +389,13 @@ class Sampler(QObject):
         self, tenant: str | None, state: NotificationState | None, limit: int
     ) -> None:
         """One tenant's notifications, or (``tenant`` None) the newest of every tenant in one
-        read per state (``Engine.newest_notifications``), never a read per tenant."""
+        read per state (``Engine.notifications_newest``), never a read per tenant."""
         providers = {p.id: p.name for p in self._providers}
         tenants = {t.id: t.name for t in self._tenants}
         if tenant is not None:
             views = await self._engine.notifications(tenant, state=state, limit=limit)
         else:
-            views = await self._engine.newest_notifications(state, limit=limit)
+            views = await self._engine.notifications_newest(state, limit=limit)
         rows = [
             QueueRow(
                 tenants.get(v.tenant_id, str(v.tenant_id)), providers.get(v.provider_id, "?"), v
@@ -413,7 +413,7 @@ class Sampler(QObject):
         engine = self._engine
         retention = await engine.retention()
         size = await engine.store_size()
-        status = StoreStatus(engine.store_url, size, await engine.last_pruned_at())
+        status = StoreStatus(engine.store_url, size, await engine.pruned_at())
         if self._changed("retention", retention):
             self.retention_changed.emit(retention)
         if self._changed("store", status):

@@ -35,7 +35,7 @@ class SuppressionCommands(TenantPageCommands):
         """Put ``recipients`` on ``tenant``'s list for ``provider`` (audited; what the tenant
         had queued to them is suppressed too), then list the entries again (``shown``: the
         provider the view filters on)."""
-        added, queued = await self._engine.suppress_counts(
+        added, queued = await self._engine.suppression_add_counts(
             tenant, provider, list(recipients), reason=reason
         )
         known = len(set(recipients)) - added
@@ -52,9 +52,11 @@ class SuppressionCommands(TenantPageCommands):
         await self._send_suppressions(tenant, shown)
 
     @command
-    async def unsuppress_ids(self, tenant: str, ids: Sequence[int], shown: str = "") -> None:
+    async def suppression_remove_ids(
+        self, tenant: str, ids: Sequence[int], shown: str = ""
+    ) -> None:
         """Take ``tenant``'s entries ``ids`` off its list (audited), then list them again."""
-        removed = await self._engine.unsuppress_ids(tenant, list(ids))
+        removed = await self._engine.suppression_remove_ids(tenant, list(ids))
         self.suppressions_changed.emit(
             f"Removed {removed} entr{'y' if removed == 1 else 'ies'} from {tenant}'s list: "
             "notifications to them are sent again."

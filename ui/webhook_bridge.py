@@ -30,32 +30,32 @@ class WebhookCommands(SuppressionCommands):
         self.webhook_events_loaded.emit(tenant, endpoint_id, found)
 
     @command
-    async def add_webhook(
+    async def webhook_add(
         self, tenant: str, url: str, events: list[str] | None, allow_private: bool
     ) -> None:
         """Subscribe ``url`` (audited); its secret goes out once, on ``webhook_secret``."""
-        made = await self._engine.add_webhook(
+        made = await self._engine.webhook_add(
             tenant, url, events=events, allow_private=allow_private
         )
         self.webhook_secret.emit(made.endpoint, made.secret)
         self.webhooks_loaded.emit(tenant, await self._engine.webhooks(tenant))
 
     @command
-    async def remove_webhook(self, tenant: str, endpoint_id: int) -> None:
-        await self._engine.remove_webhook(tenant, endpoint_id)
+    async def webhook_remove(self, tenant: str, endpoint_id: int) -> None:
+        await self._engine.webhook_remove(tenant, endpoint_id)
         self.webhooks_changed.emit(f"Removed webhook {endpoint_id} and its undelivered events.")
         self.webhooks_loaded.emit(tenant, await self._engine.webhooks(tenant))
 
     @command
-    async def rotate_webhook_secret(self, tenant: str, endpoint_id: int) -> None:
+    async def webhook_secret_rotate(self, tenant: str, endpoint_id: int) -> None:
         """A new secret (sent once); the old one signs as well for 24 hours."""
-        made = await self._engine.rotate_webhook_secret(tenant, endpoint_id)
+        made = await self._engine.webhook_secret_rotate(tenant, endpoint_id)
         self.webhook_secret.emit(made.endpoint, made.secret)
         self.webhooks_loaded.emit(tenant, await self._engine.webhooks(tenant))
 
     @command
     async def set_webhook_enabled(self, tenant: str, endpoint_id: int, enabled: bool) -> None:
-        changed = await self._engine.enable_webhook(tenant, endpoint_id, enabled)
+        changed = await self._engine.webhook_enable(tenant, endpoint_id, enabled)
         word = "enabled" if enabled else "disabled"
         held = " Its held events are sent now." if enabled and changed else ""
         self.webhooks_changed.emit(
@@ -64,8 +64,8 @@ class WebhookCommands(SuppressionCommands):
         self.webhooks_loaded.emit(tenant, await self._engine.webhooks(tenant))
 
     @command
-    async def test_webhook(self, tenant: str, endpoint_id: int) -> None:
-        answer = await self._engine.test_webhook(tenant, endpoint_id)
+    async def webhook_test(self, tenant: str, endpoint_id: int) -> None:
+        answer = await self._engine.webhook_test(tenant, endpoint_id)
         if answer.ok:
             self.webhooks_changed.emit(f"Webhook {endpoint_id} answered {answer.status}.")
         else:
@@ -73,8 +73,8 @@ class WebhookCommands(SuppressionCommands):
             self.webhooks_changed.emit(f"The test of webhook {endpoint_id} failed: {why}.")
 
     @command
-    async def replay_webhook_events(self, tenant: str, endpoint_id: int, back_s: float) -> None:
-        count = await self._engine.replay_webhook_events(
+    async def webhook_events_replay(self, tenant: str, endpoint_id: int, back_s: float) -> None:
+        count = await self._engine.webhook_events_replay(
             tenant, since=self._engine.clock.wall() - back_s, endpoint_id=endpoint_id
         )
         plural = "" if count == 1 else "s"

@@ -22,7 +22,7 @@ async def apikey_create(
 ) -> int:
     scopes = parse_scope(scope)  # before the store is opened: bad input changes nothing
     async with open_engine(ctx) as engine:
-        record, key = await engine.create_api_key(tenant, name=name, scope=scopes)
+        record, key = await engine.api_key_create(tenant, name=name, scope=scopes)
     if as_json:
         print_json(
             {"id": record.id, "prefix": record.prefix, "key": key, "tenant": record.tenant}
@@ -61,6 +61,6 @@ async def apikey_list(ctx: Context, tenant: str | None = None, *, as_json: bool 
 
 async def apikey_revoke(ctx: Context, key_id: int) -> int:
     async with open_engine(ctx) as engine:
-        record = await engine.revoke_api_key(key_id)
+        record = await engine.api_key_revoke(key_id)
     print(f"api key {record.id} ({record.prefix}) of {record.tenant} revoked")
     return 0

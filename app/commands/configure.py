@@ -66,7 +66,7 @@ async def migrate(ctx: Context) -> int:
 
 async def tenant_add(ctx: Context, name: str, limit: Limit | None, *, enabled: bool) -> int:
     async with open_engine(ctx) as engine:
-        record = await engine.add_tenant(name, limit, enabled=enabled)
+        record = await engine.tenant_add(name, limit, enabled=enabled)
     print(f"tenant {record.name} added: {fmt_limit(record.limit)}")
     return 0
 
@@ -82,7 +82,7 @@ async def tenant_set(
     """Change a tenant; ``api`` holds ``api_limit``, ``max_queued`` and ``default_ttl_s``
     when they change."""
     async with open_engine(ctx) as engine:
-        record = await engine.update_tenant(
+        record = await engine.tenant_update(
             name,
             enabled=enabled,
             limit=_changes(limit).get("limit", UNSET),
@@ -124,7 +124,7 @@ async def tenant_import(
     opened; a bad line, or an existing tenant without ``update``, writes nothing (exit 2)."""
     specs = parse_tenant_lines(read_lines(path))
     async with open_engine(ctx) as engine:
-        summary = await engine.import_tenants(specs, update=update)
+        summary = await engine.tenant_import(specs, update=update)
     if as_json:
         print_json(import_json(summary))
     else:
@@ -165,7 +165,7 @@ async def provider_add(
     secrets: Mapping[str, str],
 ) -> int:
     async with open_engine(ctx) as engine:
-        record = await engine.add_provider(name, kind, limit, options, secrets)
+        record = await engine.provider_add(name, kind, limit, options, secrets)
     print(f"provider {record.name} ({record.kind}) added: {fmt_limit(record.limit)}")
     return 0
 
@@ -180,7 +180,7 @@ async def provider_set(
     secrets: Mapping[str, str] | None = None,
 ) -> int:
     async with open_engine(ctx) as engine:
-        record = await engine.update_provider(
+        record = await engine.provider_update(
             name, kind=kind, options=options or {}, secrets=secrets or {}, **_changes(limit)
         )
     print(f"provider {record.name} ({record.kind}): {fmt_limit(record.limit)}")
@@ -190,7 +190,7 @@ async def provider_set(
 async def provider_list(ctx: Context, *, as_json: bool = False) -> int:
     async with open_engine(ctx) as engine:
         providers = await engine.providers()
-        health = await engine.provider_health()
+        health = await engine.circuit_states()
     if as_json:
         print_json([provider_json(p) | {"health": health_json(health[p.name])} for p in providers])
         return 0
@@ -221,8 +221,8 @@ def fmt_health(health: ProviderHealth, now: float) -> str:
 async def provider_resume(ctx: Context, name: str) -> int:
     """Close the provider's circuit now (it is back, or its settings were fixed)."""
     async with open_engine(ctx) as engine:
-        before = (await engine.provider_health()).get(name)
-        health = await engine.resume_provider(name, actor=actor("cli"))
+        before = (await engine.circuit_states()).get(name)
+        health = await engine.circuit_close(name, actor=actor("cli"))
     was = before.state.value if before is not None else "closed"
     print(f"provider {health.provider}: circuit closed (was {was}); its notifications go out again")
     return 0
@@ -231,7 +231,7 @@ async def provider_resume(ctx: Context, name: str) -> int:
 async def provider_test(ctx: Context, name: str, recipient: str) -> int:
     """Send one test message now; exit 1 unless it was delivered."""
     async with open_engine(ctx) as engine:
-        result = await engine.test_send(name, recipient)
+        result = await engine.provider_test_send(name, recipient)
     print(
         f"test send to {mask(recipient)} via {name}: {result.outcome.value}"
         + (f" ({result.detail})" if result.detail else "")
@@ -245,7 +245,7 @@ async def provider_test(ctx: Context, name: str, recipient: str) -> int:
 
 async def limit_set(ctx: Context, tenant: str, provider: str, limit: Limit | None) -> int:
     async with open_engine(ctx) as engine:
-        await engine.set_pair_limit(tenant, provider, limit)
+        await engine.pair_limit_set(tenant, provider, limit)
     print(f"limit of {tenant} on {provider}: {fmt_limit(limit)}")
     return 0
 

@@ -42,7 +42,7 @@ async def rotate(ctx: Context, *, dry_run: bool = False, as_json: bool = False) 
         # and rotation needs none of what it loads.
         engine = build_engine(store, actor=actor("cli"))
         try:
-            report = await engine.rotate_keys(dry_run=dry_run, progress=_progress())
+            report = await engine.keys_rotate(dry_run=dry_run, progress=_progress())
         finally:
             await engine.close()
     if as_json:

@@ -63,8 +63,8 @@ async def enqueue_file(ctx: Context, path: str) -> int:
     by_tenant, by_line = read_batch(path)
     async with open_engine(ctx) as engine:
         for tenant, items in by_tenant.items():  # check every name before writing anything
-            await engine.check_names(providers=sorted({item[0] for item in items}))
-            await engine.check_names(tenants=[tenant])
+            await engine.names_check(providers=sorted({item[0] for item in items}))
+            await engine.names_check(tenants=[tenant])
             try:  # and every time, as the engine will
                 lifetimes(items, time.time(), most_ahead_s=engine.settings.most_ahead_s)
             except ItemRefused as refused:
@@ -92,7 +92,7 @@ async def cancel(ctx: Context, tenant: str, ids: Sequence[int], *, as_json: bool
     (``--json``: an object per ID), and exit 1 when some were not found or not queued. An
     unknown tenant is a usage error (NotFound) before anything is cancelled."""
     async with open_engine(ctx) as engine:
-        await engine.check_names(tenants=[tenant])
+        await engine.names_check(tenants=[tenant])
         # Each ID once, in the order given.
         results = [await _cancel_one(engine, tenant, i) for i in dict.fromkeys(ids)]
     if as_json:
@@ -109,7 +109,7 @@ async def cancel(ctx: Context, tenant: str, ids: Sequence[int], *, as_json: bool
 async def _cancel_one(engine: Engine, tenant: str, notification_id: int) -> dict[str, Any]:
     """``{"id", "state", "cancelled"}``, and ``"error"`` (one sentence) when not cancelled."""
     try:
-        view = await engine.cancel(tenant, notification_id)
+        view = await engine.notification_cancel(tenant, notification_id)
     except NotCancellable as exc:
         return {
             "id": notification_id,
@@ -154,9 +154,9 @@ async def dead_repair(
     suppressed = 0
     async with open_engine(ctx) as engine:
         if retry:
-            count, suppressed = await engine.retry_dead_counts(ids, tenant=tenant)
+            count, suppressed = await engine.dead_retry_counts(ids, tenant=tenant)
         else:
-            count = await engine.discard_dead(ids, tenant=tenant)
+            count = await engine.dead_discard(ids, tenant=tenant)
     verb = "queued again" if retry else "discarded"
     also = (
         f", {suppressed} suppressed instead (the recipient is on the tenant's suppression list)"

@@ -18,7 +18,7 @@ async def retention_show(ctx: Context, *, as_json: bool = False) -> int:
     async with open_engine(ctx) as engine:
         retention = await engine.retention()
         size = await engine.store_size()
-        pruned_at = await engine.last_pruned_at()
+        pruned_at = await engine.pruned_at()
     if as_json:
         print_json(
             {
@@ -57,7 +57,7 @@ def _fmt_time(unix_s: float | None) -> str:
 async def retention_set(ctx: Context, ages: Mapping[str, float | None]) -> int:
     """Change the windows named in ``ages`` (fields of Retention, in seconds; None: forever)."""
     async with open_engine(ctx) as engine:
-        retention = await engine.set_retention(**ages)
+        retention = await engine.retention_set(**ages)
     print(f"retention: {fmt_retention(retention)}")
     return 0
 

@@ -134,7 +134,7 @@ async def _held_by_circuits(engine: Engine, poll_s: float = 1.0) -> tuple[Provid
     while True:
         await asyncio.sleep(poll_s)
         try:
-            held = await engine.held_by_circuits()
+            held = await engine.circuit_holds()
         except OmniPostError:  # the store is away; the engine copes, and so does this check
             continue
         if held:
@@ -161,7 +161,7 @@ async def simulate(ctx: Context, burst: Burst) -> int:
     start = time.monotonic()
     async with open_engine(ctx, concurrency=burst.concurrency, redis_url=burst.redis_url) as engine:
         # Every name is checked before the engine starts, so bad input dispatches nothing.
-        await engine.check_names(tenants=burst.tenants, providers=[burst.provider])
+        await engine.names_check(tenants=burst.tenants, providers=[burst.provider])
         if burst.dispatch:
             await engine.start()
         sim = asyncio.ensure_future(

@@ -135,7 +135,7 @@ async def stats(
             providers=await engine.providers(),
             workers=await engine.workers(),
             retention=await engine.retention(),
-            health=await engine.provider_health(),
+            health=await engine.circuit_states(),
         )
     if as_json:
         _print_json(found, masked_url(ctx.db_url))

@@ -73,7 +73,7 @@ async def suppression_add(
     if not given:
         raise ConfigError("give a recipient, or --file with one recipient a line.")
     async with open_engine(ctx) as engine:
-        added, queued = await engine.suppress_counts(tenant, provider, given, reason=reason)
+        added, queued = await engine.suppression_add_counts(tenant, provider, given, reason=reason)
     known = len(set(given)) - added
     also = f" ({known} already were)" if known else ""
     plural = "" if added == 1 else "s"
@@ -99,11 +99,11 @@ async def suppression_remove(
         if provider is None or recipient is None:
             raise ConfigError("give PROVIDER RECIPIENT, or --id with an entry's id.")
         async with open_engine(ctx) as engine:
-            await engine.unsuppress(tenant, provider, recipient)
+            await engine.suppression_remove(tenant, provider, recipient)
         print(f"removed the recipient from {tenant}'s suppression list for {provider}")
         return 0
     wanted = len(set(ids))
     async with open_engine(ctx) as engine:
-        removed = await engine.unsuppress_ids(tenant, ids)
+        removed = await engine.suppression_remove_ids(tenant, ids)
     print(f"removed {removed} of {wanted} entries from {tenant}'s suppression list")
     return 0 if removed == wanted else 1

@@ -76,7 +76,7 @@ async def webhook_add(
     """Subscribe ``url`` to the tenant's status events (``events``: all when not given)."""
     names = None if not events else [n for part in events for n in part.split(",") if n.strip()]
     async with open_engine(ctx) as engine:
-        made = await engine.add_webhook(
+        made = await engine.webhook_add(
             tenant, url, events=names, allow_private=allow_private, rate_per_s=rate, burst=burst
         )
     _made(made, as_json, "added")
@@ -126,7 +126,7 @@ async def webhook_list(ctx: Context, tenant: str, *, as_json: bool = False) -> i
 
 async def webhook_remove(ctx: Context, tenant: str, endpoint_id: int) -> int:
     async with open_engine(ctx) as engine:
-        await engine.remove_webhook(tenant, endpoint_id)
+        await engine.webhook_remove(tenant, endpoint_id)
     print(f"removed webhook {endpoint_id} of {tenant} and its undelivered events")
     return 0
 
@@ -138,14 +138,14 @@ async def webhook_rotate(
     no_grace = grace.strip().lower() in ("0", "0s", "none")
     grace_s = 0.0 if no_grace else parse_duration(grace, what="the grace period")
     async with open_engine(ctx) as engine:
-        made = await engine.rotate_webhook_secret(tenant, endpoint_id, grace_s=grace_s)
+        made = await engine.webhook_secret_rotate(tenant, endpoint_id, grace_s=grace_s)
     _made(made, as_json, "rotated")
     return 0
 
 
 async def webhook_enable(ctx: Context, tenant: str, endpoint_id: int, *, enabled: bool) -> int:
     async with open_engine(ctx) as engine:
-        changed = await engine.enable_webhook(tenant, endpoint_id, enabled)
+        changed = await engine.webhook_enable(tenant, endpoint_id, enabled)
     word = "enabled" if enabled else "disabled"
     print(f"webhook {endpoint_id} {word}" if changed else f"webhook {endpoint_id} was {word}")
     return 0
@@ -154,7 +154,7 @@ async def webhook_enable(ctx: Context, tenant: str, endpoint_id: int, *, enabled
 async def webhook_test(ctx: Context, tenant: str, endpoint_id: int) -> int:
     """Post a signed ``webhook.test`` event now and print the answer; exit 1 unless 2xx."""
     async with open_engine(ctx) as engine:
-        answer = await engine.test_webhook(tenant, endpoint_id)
+        answer = await engine.webhook_test(tenant, endpoint_id)
     if answer.ok:
         print(f"webhook {endpoint_id} answered {answer.status}")
         return 0
@@ -174,7 +174,7 @@ async def webhook_replay(
 ) -> int:
     """Send the tenant's events since a time again (each with its own id)."""
     async with open_engine(ctx) as engine:
-        count = await engine.replay_webhook_events(
+        count = await engine.webhook_events_replay(
             tenant, since=_since(since, engine.clock.wall()), endpoint_id=endpoint_id
         )
     plural = "" if count == 1 else "s"

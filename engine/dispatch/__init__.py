@@ -1,5 +1,5 @@
-"""Dispatch: the dispatcher's rounds over the keys with due work (the book of keys, claims of many
-keys), the senders, the completer that writes outcomes back, the work queue between them, the
+"""Dispatch: the dispatcher's rounds over the pairs with due work (the book of pairs, claims of many
+pairs), the senders, the completer that writes outcomes back, the work queue between them, the
 directory of routes and limits, and each provider's circuit.
 """
 

@@ -78,8 +78,8 @@ class Circuits:
         return closed(record.name if record is not None else str(provider_id))
 
     def blocked_for_s(self, provider_id: int, now: float) -> float:
-        """How long the provider's keys wait before a probe may go out (0: not blocked, its
-        keys are served; a probe when its circuit is open)."""
+        """How long the provider's pairs wait before a probe may go out (0: not blocked, its
+        pairs are served; a probe when its circuit is open)."""
         h = self.health(provider_id)
         if h.state is CircuitState.CLOSED or probe_due(h, now):
             return 0.0

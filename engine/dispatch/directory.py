@@ -29,7 +29,7 @@ _PART = 5_000  # limits handled between two turns of the event loop
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """What a send of one (tenant, provider) key needs, looked up once per configuration: the
+    """What a send of one (tenant, provider) pair needs, looked up once per configuration: the
     records, the provider's instance, the buckets it takes a token from, whether a limit is
     configured on any of them, and how many messages the provider takes in one call."""
 
@@ -74,23 +74,23 @@ class Directory:
             self._provider_ids = (self.providers, {p.name: p.id for p in self.providers.values()})
         return self._provider_ids[1].get(name)
 
-    def route(self, key: tuple[int, int]) -> Route | None:
-        """The route of ``key`` (tenant id, provider id); None when the tenant or provider is
+    def route(self, pair: tuple[int, int]) -> Route | None:
+        """The route of ``pair`` (tenant id, provider id); None when the tenant or provider is
         not configured or the provider could not be built. Asked once per claim and per send:
         worked out once, until the next refresh."""
         try:
-            return self._routes[key]
+            return self._routes[pair]
         except KeyError:
             pass
-        tenant = self.tenants.get(key[0])
-        record = self.providers.get(key[1])
-        instance = self.instances.get(key[1])
+        tenant = self.tenants.get(pair[0])
+        record = self.providers.get(pair[1])
+        instance = self.instances.get(pair[1])
         found = None
         if tenant is not None and record is not None and instance is not None:
             buckets = send_keys(tenant.name, record.name)  # the same tuple after a refresh
             paced = not self.limits.keys().isdisjoint(buckets)
             found = Route(tenant, record, instance, buckets, paced, batch_size(instance))
-        self._routes[key] = found
+        self._routes[pair] = found
         return found
 
     async def refresh(self) -> None:

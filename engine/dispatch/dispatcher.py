@@ -1,13 +1,13 @@
 """The dispatch loop of docs/architecture.md: tokens first, then leases, then deliveries.
 
-1. Know which (tenant, provider) keys have due work (the kept counts, then a capped index
-   probe per key: bounded work however deep the queue; refreshed on wake-up; this process's
+1. Know which (tenant, provider) pairs have due work (the kept counts, then a capped index
+   probe per pair: bounded work however deep the queue; refreshed on wake-up; this process's
    own enqueues counted in without a look).
 2. Visit them round-robin; for each reserve up to ``batch`` tokens from all its buckets.
 3. Lease at most that many; give back the tokens not used.
 4. Hand the leases to a fixed pool of delivery tasks (bounded concurrency:
    engine/dispatch/senders.py).
-5. With nothing to do, sleep until the next token of a key with work, a wake-up, or a poll.
+5. With nothing to do, sleep until the next token of a pair with work, a wake-up, or a poll.
 
 A provider whose circuit is open (engine/dispatch/circuit.py) is skipped until its probe is due: one
 notification, leased alone; the sleep ends no later than that. Outcomes are written back in
@@ -46,7 +46,7 @@ __all__ = ["Dispatcher", "DispatcherSettings"]
 
 log = logging.getLogger(__name__)
 
-_PROBES_PER_ROUND = 500  # keys whose count ran out, looked at alone in one round
+_PROBES_PER_ROUND = 500  # pairs whose count ran out, looked at alone in one round
 
 
 class Dispatcher:
@@ -75,7 +75,7 @@ class Dispatcher:
         self._rng = rng or random.Random()
         self._work = WorkQueue(clock)  # leases waiting for a sender, as parcels
         self._wake = asyncio.Event()
-        self._book = DueBook(DUE_CAP)  # the keys with work: where each one stands
+        self._book = DueBook(DUE_CAP)  # the pairs with work: where each one stands
         self.shares = Shares(owner)  # the tenants this worker serves, among the live workers
         self._beats: list[tuple[str, float]] = []  # the running workers' last heartbeats
         self._beats_ttl_s = 0.0
@@ -125,25 +125,25 @@ class Dispatcher:
         self._wake.set()
 
     def enqueued(self, due: Mapping[Pair, int]) -> None:
-        """``due[key]`` rows became due now per key (this process's enqueues, another's from
+        """``due[pair]`` rows became due now per pair (this process's enqueues, another's from
         its NOTIFY): counted in without the look at the store that ``wake`` asks for (a count
-        off either way only brings the key's next look alone sooner). Keys of tenants another
+        off either way only brings the pair's next look alone sooner). Pairs of tenants another
         live worker serves are left to it, unless this one serves them already (deep)."""
         book, shares, enabled = self._book, self.shares, self._dir.enabled
         alone = shares.alone
-        for key, n in due.items():
-            if enabled(key[0]) and (alone or shares.mine(key[0]) or key in book.due):
-                book.add(key, n)
+        for pair, n in due.items():
+            if enabled(pair[0]) and (alone or shares.mine(pair[0]) or pair in book.due):
+                book.add(pair, n)
         self._wake.set()
 
-    def due_later(self, keys_at: Mapping[Pair, float]) -> None:
-        """Rows of these keys were queued that fall due at the wall times given (scheduled
-        rows queued ahead of their send time): each key waits in the book until then."""
+    def due_later(self, pairs_at: Mapping[Pair, float]) -> None:
+        """Rows of these pairs were queued that fall due at the wall times given (scheduled
+        rows queued ahead of their send time): each pair waits in the book until then."""
         book, shares, enabled = self._book, self.shares, self._dir.enabled
-        for key, at in keys_at.items():
-            if enabled(key[0]) and (shares.alone or shares.mine(key[0]) or key in book.due):
-                book.later(key, at)
-        if keys_at:
+        for pair, at in pairs_at.items():
+            if enabled(pair[0]) and (shares.alone or shares.mine(pair[0]) or pair in book.due):
+                book.later(pair, at)
+        if pairs_at:
             self._wake.set()
 
     def share_out(self, beats: Sequence[tuple[str, float]], ttl_s: float) -> None:
@@ -156,25 +156,25 @@ class Dispatcher:
         self._reshare()
 
     def _reshare(self) -> None:
-        """Share the tenants among the workers heard from lately. When that changed, the keys
+        """Share the tenants among the workers heard from lately. When that changed, the pairs
         that went to others leave the book at once, and a look at the counts takes those that
         came without waiting out the interval between looks (at 100,000 tenants, a look every
-        few seconds: a worker claimed another's keys and missed its own meanwhile)."""
+        few seconds: a worker claimed another's pairs and missed its own meanwhile)."""
         since = self._clock.wall() - self._beats_ttl_s
         if self.shares.set_workers([w for w, at in self._beats if at >= since]):
             serves = self.shares.serves
-            self._book.keep(lambda key, n: serves(key[0], n))
+            self._book.keep(lambda pair, n: serves(pair[0], n))
             self._refreshed_at = -1e9
             self.wake()
 
     def _returned(self, due: Mapping[Pair, int]) -> None:
         """Leases this worker gave back unsent (a throttle, a circuit): due again, counted in."""
         book = self._book
-        for key, n in due.items():
-            book.add(key, n)
+        for pair, n in due.items():
+            book.add(pair, n)
         self._wake.set()
 
-    def set_concurrency(self, n: int) -> None:
+    def concurrency_set(self, n: int) -> None:
         if n < 1:
             raise OmniPostError("concurrency must be at least 1.")
         self.concurrency = self._senders.concurrency = n
@@ -225,7 +225,7 @@ class Dispatcher:
 
     def _look_due(self, mono: float) -> bool:
         """A look at the kept counts is due: asked for (``wake``) or a poll interval passed.
-        Looks read a row per key with work, so they come no closer together than 20 times
+        Looks read a row per pair with work, so they come no closer together than 20 times
         what the last one took (a twentieth of the loop, whatever the tenants)."""
         since_s = mono - self._refreshed_at
         if since_s < 20 * self._look_s:
@@ -241,7 +241,7 @@ class Dispatcher:
         self._wake.set()
 
     async def _refresh_due(self) -> None:
-        """Look at the kept counts when one is due, then at the keys whose count ran out."""
+        """Look at the kept counts when one is due, then at the pairs whose count ran out."""
         if self._beats:
             self._reshare()  # a silent worker's tenants come to the others
         mono = self._clock.monotonic()
@@ -252,20 +252,20 @@ class Dispatcher:
             if mono - self.circuits.read_at >= self.settings.health_refresh_s:
                 await self.circuits.refresh()
             book.begin_look()
-            # With other workers: the keys of this one's tenants, and the deep ones.
+            # With other workers: the pairs of this one's tenants, and the deep ones.
             queued = await self._store.queue.queued_counts(self.shares.share)
             for _part in book.look_in_parts(queued, self._dir.enabled):
-                await asyncio.sleep(0)  # 300,000 keys at 100,000 tenants: the loop turns
+                await asyncio.sleep(0)  # 300,000 pairs at 100,000 tenants: the loop turns
             self._look_s = self._clock.monotonic() - mono
         if book.probes:
-            keys = sorted(book.probes)[:_PROBES_PER_ROUND]
+            pairs = sorted(book.probes)[:_PROBES_PER_ROUND]
             book.begin_probe()
-            rows = await self._store.queue.due_keys(self._clock.wall(), keys=keys)
-            book.probed(keys, rows)
+            rows = await self._store.queue.due_pairs(self._clock.wall(), pairs=pairs)
+            book.probed(pairs, rows)
 
     async def _round(self) -> float:
-        """One pass over the providers' lines of ready keys, each key at most once; returns
-        how long to sleep (0: go again). A held provider's line and a waiting key cost
+        """One pass over the providers' lines of ready pairs, each pair at most once; returns
+        how long to sleep (0: go again). A held provider's line and a waiting pair cost
         nothing: they are not visited before their buckets grant again."""
         now = self._clock.wall()
         mono = self._clock.monotonic()
@@ -287,7 +287,7 @@ class Dispatcher:
                     wait_s = blocked_s if blocked_s < wait_s else wait_s
                     continue
             probing = not (circuits.all_closed or circuits.is_closed(provider_id))
-            visits = len(line)  # each key at most once a round
+            visits = len(line)  # each pair at most once a round
             while visits > 0 and line:
                 if book.held_for_s(provider_id, self._clock.monotonic()) > 0:
                     break
@@ -300,11 +300,11 @@ class Dispatcher:
                 if probing or not visited:
                     break
         if book.probes or (progressed and book.has_ready(self._clock.monotonic())):
-            return 0.0  # keys whose count ran out are looked at before any sleep
+            return 0.0  # pairs whose count ran out are looked at before any sleep
         return self._round_wait_s(wait_s)
 
     def _round_wait_s(self, wait_s: float) -> float:
-        """The round's sleep: until the soonest waiting key, held provider, delayed row or
+        """The round's sleep: until the soonest waiting pair, held provider, delayed row or
         due look, at most ``wait_s``, at least 1 ms."""
         mono = self._clock.monotonic()
         soonest = self._book.next_wait_s(mono, self._clock.wall())
@@ -316,10 +316,10 @@ class Dispatcher:
         return wait_s if wait_s > 0.001 else 0.001
 
     async def _serve_line(self, line: collections.deque[Pair], *, probing: bool) -> tuple[int, int]:
-        """Serve the first keys of one provider's ``line`` together: reserve for each up to
+        """Serve the first pairs of one provider's ``line`` together: reserve for each up to
         its ``_room`` (all of them at most what the senders can take), lease for all of them
-        in one claim, then take their tokens again. Returns how many keys it visited and how
-        many it leased. Each key then goes to the back of the line, waits for its own
+        in one claim, then take their tokens again. Returns how many pairs it visited and how
+        many it leased. Each pair then goes to the back of the line, waits for its own
         buckets, or (drained) is looked at alone; a provider's bucket that ran dry holds the
         whole line. ``probing``: the provider's circuit probe is due: one lease, alone."""
         claims = self._claims
@@ -343,8 +343,8 @@ class Dispatcher:
             lease_s=self.settings.lease_s,
             now=self._clock.wall(),
         )
-        # Every reservation holding tokens is taken again for what its key leased: the grants
-        # past the room go back in the same call (those keys lease nothing, or less).
+        # Every reservation holding tokens is taken again for what its pair leased: the grants
+        # past the room go back in the same call (those pairs lease nothing, or less).
         rows_of = dict(zip(granted, claimed, strict=True))
         telemetry = self._telemetry
         if granted:
@@ -359,19 +359,19 @@ class Dispatcher:
         by_ask = dict(zip(holding, retaken, strict=True))
         total = 0
         provider_held = False
-        for i, (key, route, asked) in enumerate(asks):  # in line order: the book's turn
+        for i, (pair, route, asked) in enumerate(asks):  # in line order: the book's turn
             reservation = reservations[i]
             if i >= kept:  # no room left for it this time: it keeps its place, first in line
                 continue
             if caps[i] == 0:
                 if not provider_held:  # behind a provider found empty: not its turn yet
                     provider_held = self._book.hold(
-                        key, reservation, self._clock.monotonic(), self.settings.poll_s
+                        pair, reservation, self._clock.monotonic(), self.settings.poll_s
                     )
                 continue
             got, taken_at = by_ask[i]
             claimed_n = len(rows_of[i])
-            held = self._settle(key, route, asked, reservation, caps[i], claimed_n, got, taken_at)
+            held = self._settle(pair, route, asked, reservation, caps[i], claimed_n, got, taken_at)
             provider_held |= held
             if probing:
                 await self.circuits.probing(provider_id, got)
@@ -404,7 +404,7 @@ class Dispatcher:
 
     def _settle(
         self,
-        key: Pair,
+        pair: Pair,
         route: Route,
         asked: int,
         reservation: Reservation,
@@ -413,29 +413,29 @@ class Dispatcher:
         leased: list[Leased],
         taken_at: float,
     ) -> bool:
-        """One key's claim after its reservation (``claimed`` rows of the ``cap`` it might
+        """One pair's claim after its reservation (``claimed`` rows of the ``cap`` it might
         lease, of which ``leased`` kept their tokens, taken at ``taken_at``): its parcels
         handed to the senders, its place in the book; returns whether its provider's bucket
         ran dry."""
         # Fewer rows than tokens: none is due now (a retake that fell short released rows
-        # that are still due: the key waits for tokens instead).
+        # that are still due: the pair waits for tokens instead).
         drained = claimed < cap
-        self._book.served(key, len(leased), drained=drained)
+        self._book.served(pair, len(leased), drained=drained)
         per, paced = route.per, route.paced
         for first in range(0, len(leased), per):  # a parcel of one (the most) is not sliced
             parcel = leased if len(leased) == 1 else leased[first : first + per]
-            self._work.put(key, parcel, taken_at, paced=paced)
+            self._work.put(pair, parcel, taken_at, paced=paced)
         if not drained and (cap < asked or len(leased) < claimed):
             return self._book.hold(
-                key, reservation, self._clock.monotonic(), self.settings.poll_s
+                pair, reservation, self._clock.monotonic(), self.settings.poll_s
             )  # its buckets ran dry
         return False
 
     async def _retake_many(
         self, claims: list[tuple[Reservation, list[Leased]]], reserved_at: float
     ) -> list[tuple[list[Leased], float]]:
-        """Take the tokens again now that the leases are in hand, for every key of a claim in
-        one call; returns per key the leases that got one (the others are released) and when
+        """Take the tokens again now that the leases are in hand, for every pair of a claim in
+        one call; returns per pair the leases that got one (the others are released) and when
         those tokens were taken (at the earliest). The first reservation only says how many
         to lease; the sends go out after the claim, and claims take a varying time, so tokens
         debited before a slow claim would let its sends bunch up with the next quick claim's
@@ -447,7 +447,7 @@ class Dispatcher:
             await self._limiter.refund_many([(got, n) for got, n in unused if n > 0])
             return [(rows, reserved_at) for _got, rows in claims]
         taken_at = self._clock.monotonic()  # the earliest the tokens can be taken
-        # A key that leased nothing takes 0 again: its tokens go back, in the same call.
+        # A pair that leased nothing takes 0 again: its tokens go back, in the same call.
         nows = await self._limiter.retake_many([(got, len(rows)) for got, rows in claims])
         kept: list[tuple[list[Leased], float]] = []
         released: list[Leased] = []
@@ -489,12 +489,12 @@ class Dispatcher:
                 self.delivered += 1
             elif completion.state is NotificationState.QUEUED:  # counted in: no look needed
                 leased = completion.leased
-                key = (leased.tenant_id, leased.provider_id)
+                pair = (leased.tenant_id, leased.provider_id)
                 at = completion.available_at
                 if at is None or at <= now:
-                    book.add(key, 1)
+                    book.add(pair, 1)
                 else:
-                    book.later(key, at)
+                    book.later(pair, at)
                 self._wake.set()
 
     # -- stopping ---------------------------------------------------------------------------

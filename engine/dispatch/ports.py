@@ -15,7 +15,7 @@ from engine.core.domain import BucketKey, Limit
 from engine.store.circuits import Transition
 from engine.store.records import (
     Completion,
-    DueKey,
+    DuePair,
     Leased,
     PairLimit,
     ProviderRecord,
@@ -27,13 +27,13 @@ __all__ = ["CircuitBook", "ConfigSource", "DispatchQueue", "DispatchStore", "Sen
 
 
 class DispatchQueue(Protocol):
-    async def due_keys(
+    async def due_pairs(
         self,
         now: float,
         tenant_ids: Sequence[int] | None = None,
         *,
-        keys: Sequence[tuple[int, int]] | None = None,
-    ) -> list[DueKey]: ...
+        pairs: Sequence[tuple[int, int]] | None = None,
+    ) -> list[DuePair]: ...
 
     async def queued_counts(self, share: Share | None = None) -> dict[tuple[int, int], int]: ...
     async def claim(

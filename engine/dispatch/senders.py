@@ -1,7 +1,7 @@
 """The dispatcher's senders: a pool of delivery tasks that empty its ``WorkQueue``.
 
-Each sender takes a parcel (one key's leases, each holding a token), sends it through the
-key's provider within the send timeout, lets the provider's circuit and then the retry policy
+Each sender takes a parcel (one pair's leases, each holding a token), sends it through the
+pair's provider within the send timeout, lets the provider's circuit and then the retry policy
 decide each outcome, and hands the outcomes to the ``Completer``. A provider that asks to wait
 (a throttle) or whose circuit opens holds back all its sends, not only this one: its bucket is
 blocked and the leases waiting for it are released.
@@ -126,7 +126,7 @@ class Senders:
                     self._wake.set()
 
     async def _deliver(self, parcel: Sequence[Leased], taken_at: float) -> None:
-        """Send one parcel (one key's leases, each with its token), then settle each."""
+        """Send one parcel (one pair's leases, each with its token), then settle each."""
         first = parcel[0]
         route = self._dir.route((first.tenant_id, first.provider_id))
         record = route.provider if route is not None else None
@@ -145,7 +145,7 @@ class Senders:
             if not circuits.settled(item, result):  # else nothing for the circuit to do
                 probe = not circuits.is_closed(item.provider_id)
                 decision = await circuits.after_send(item, result)
-                if probe:  # the circuit may have closed: its keys are served again at once
+                if probe:  # the circuit may have closed: its pairs are served again at once
                     self._wake.set()
             if decision is None:  # not held by the circuit: the retry policy decides
                 decision = decide(
@@ -214,7 +214,7 @@ class Senders:
 
     async def _give_back(self, leases: list[Leased]) -> None:
         """Release leases waiting for a provider that asked to wait (or whose circuit opened):
-        queued again, and counted back into the dispatcher's book (else a key whose count ran
+        queued again, and counted back into the dispatcher's book (else a pair whose count ran
         out meanwhile would wait for the next look at the store)."""
         if not leases:
             return

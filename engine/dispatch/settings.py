@@ -12,8 +12,8 @@ __all__ = ["DispatcherSettings"]
 @dataclass(frozen=True, slots=True)
 class DispatcherSettings:
     concurrency: int = 16
-    batch: int = 32  # most leases taken for one key in one visit
-    # Leases taken ahead of the free senders, for keys that no limit paces: a slow provider
+    batch: int = 32  # most leases taken for one pair in one visit
+    # Leases taken ahead of the free senders, for pairs that no limit paces: a slow provider
     # would otherwise shrink each claim to the senders free at that instant. None: one batch
     # (``ahead``); 0: none ahead.
     prefetch: int | None = None
@@ -30,6 +30,6 @@ class DispatcherSettings:
 
     @property
     def ahead(self) -> int:
-        """Leases a key that no limit paces may hold waiting for a sender: ``prefetch``, or one
+        """Leases a pair that no limit paces may hold waiting for a sender: ``prefetch``, or one
         batch, so that the next claim can be a whole batch while the senders work."""
         return self.batch if self.prefetch is None else self.prefetch

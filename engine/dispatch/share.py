@@ -1,24 +1,24 @@
-"""Which tenants' keys this worker serves, when several workers share one store.
+"""Which tenants' pairs this worker serves, when several workers share one store.
 
-Every worker used to keep every key with work in its book: at ten thousand tenants with a row
-or two per key, four workers reserved tokens and claimed for the same keys at the same moments,
+Every worker used to keep every pair with work in its book: at ten thousand tenants with a row
+or two per pair, four workers reserved tokens and claimed for the same pairs at the same moments,
 and all but the first found the rows taken (a claim, a retake and a look alone, for nothing).
-So the keys are shared out: each tenant belongs to one of the live workers (those whose
+So the pairs are shared out: each tenant belongs to one of the live workers (those whose
 heartbeat says ``running``), by a hash of its id scaled to the number of workers, in the
 order of their ids (``engine.store.share_index``): the same answer in every process that sees
-the same workers, and in the store's read of the counts, which sends a worker only the keys of
+the same workers, and in the store's read of the counts, which sends a worker only the pairs of
 its own tenants (and the deep ones): at ten thousand tenants each look read 30,000 rows, in
 every worker. A worker joining or leaving moves tenants among the others too (rendezvous
 hashing would move fewer, but cost a hash per worker and tenant: half a second at 100,000
 tenants and four workers); a worker silent for ``worker_ttl_s`` (15 s), by each worker's own
 clock, drops out of the list, well within its leases (30 s), and its tenants go to the others.
 
-A key with a deep backlog (``SHARED_DEPTH`` rows or more) is served by every worker: its
+A pair with a deep backlog (``SHARED_DEPTH`` rows or more) is served by every worker: its
 rows are many, so claims of several workers take different rows (SKIP LOCKED), and one
 tenant's backlog is not held to one worker's senders.
 
 While two workers' lists differ (a heartbeat apart), a tenant may have two owners for a moment
-(a claim finds its rows taken: counted, harmless) or none (its keys wait until the lists agree,
+(a claim finds its rows taken: counted, harmless) or none (its pairs wait until the lists agree,
 a heartbeat or two). Pure: given the lists, nothing is awaited. Not thread-safe; one loop.
 """
 
@@ -30,7 +30,7 @@ from engine.store import Share, share_index
 
 __all__ = ["SHARED_DEPTH", "Shares"]
 
-SHARED_DEPTH = 256  # a key with this many rows queued is served by every worker
+SHARED_DEPTH = 256  # a pair with this many rows queued is served by every worker
 
 
 class Shares:
@@ -59,7 +59,7 @@ class Shares:
         return True
 
     def mine(self, tenant_id: int) -> bool:
-        """Whether this worker serves ``tenant_id``'s keys (a deep key aside)."""
+        """Whether this worker serves ``tenant_id``'s pairs (a deep pair aside)."""
         if len(self.workers) <= 1:
             return True
         known = self._mine.get(tenant_id)
@@ -78,7 +78,7 @@ class Shares:
         return Share(self._index, len(self.workers), SHARED_DEPTH)
 
     def serves(self, tenant_id: int, queued: int) -> bool:
-        """Whether this worker serves a key of ``tenant_id`` with ``queued`` rows."""
+        """Whether this worker serves a pair of ``tenant_id`` with ``queued`` rows."""
         return queued >= SHARED_DEPTH or self.mine(tenant_id)
 
     def __repr__(self) -> str:

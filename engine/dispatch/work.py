@@ -1,13 +1,13 @@
-"""Leases waiting for a sender: taken in turn over their (tenant, provider) keys.
+"""Leases waiting for a sender: taken in turn over their (tenant, provider) pairs.
 
 The dispatcher may lease ahead of its free senders (``DispatcherSettings.ahead``), so a
-few leases can wait here for one. They wait in one line per key, and senders take from the
+few leases can wait here for one. They wait in one line per pair, and senders take from the
 lines in turn: a lease of a small tenant claimed behind a large tenant's batch waits for the
-next free sender, not for the batch. Leases that hold a token (their key has a limit) go
+next free sender, not for the batch. Leases that hold a token (their pair has a limit) go
 before those leased ahead: a token that waits goes stale.
 
 A sender takes a parcel: one lease, or for a provider that takes many messages in one call
-(``BatchProvider``) up to its ``batch_max`` leases of one key, sent together. Senders, and
+(``BatchProvider``) up to its ``batch_max`` leases of one pair, sent together. Senders, and
 so the room to lease, are counted in parcels.
 """
 
@@ -25,7 +25,9 @@ from engine.store import Leased
 __all__ = ["Entry", "Pair", "WorkQueue"]
 
 Pair = tuple[int, int]  # (tenant id, provider id)
-Entry = tuple[tuple[Leased, ...], float]  # a parcel of one key's leases, when its tokens were taken
+Entry = tuple[
+    tuple[Leased, ...], float
+]  # a parcel of one pair's leases, when its tokens were taken
 
 
 class WorkQueue:
@@ -39,7 +41,7 @@ class WorkQueue:
         # kept by hand: a sender takes one per send, and the queue's layers cost more.
         self._tickets: collections.deque[bool | None] = collections.deque()
         self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
-        # Per key, in turn (the next one first): parcels holding tokens, then the others.
+        # Per pair, in turn (the next one first): parcels holding tokens, then the others.
         self._paced: dict[Pair, collections.deque[Entry]] = {}
         self._lines: dict[Pair, collections.deque[Entry]] = {}
         self._count = 0  # parcels waiting
@@ -77,20 +79,20 @@ class WorkQueue:
             self._sending_leases -= sending[1]
 
     def full(self, settings: DispatcherSettings, concurrency: int) -> bool:
-        """No key may lease now, paced or not (room is counted in parcels: whatever a key's
-        parcel size, it has room exactly when a key of single sends has)."""
+        """No pair may lease now, paced or not (room is counted in parcels: whatever a pair's
+        parcel size, it has room exactly when a pair of single sends has)."""
         if concurrency + settings.ahead > self._count + len(self._sending):
-            return False  # room for a key no limit paces (``room``'s first case), at once
+            return False  # room for a pair no limit paces (``room``'s first case), at once
         return self.room(settings, concurrency, paced=True) <= 0
 
     def room(
         self, settings: DispatcherSettings, concurrency: int, *, paced: bool, per: int = 1
     ) -> int:
-        """How many a key may lease now, at most a batch, for parcels of ``per`` leases.
+        """How many a pair may lease now, at most a batch, for parcels of ``per`` leases.
         Parcels ahead of the free senders keep claims full (one claim of a batch while the
-        senders work through the last): a key that no limit paces may lease
+        senders work through the last): a pair that no limit paces may lease
         ``settings.ahead`` parcels ahead (one batch unless ``prefetch`` says otherwise). A
-        paced key's parcels hold tokens, which go stale waiting: they go before the others,
+        paced pair's parcels hold tokens, which go stale waiting: they go before the others,
         and while others wait it may lease for the senders expected (from the sends' mean
         time) to come free within ``token_lag_s``; else (and with no prefetch) only for the
         free ones."""
@@ -103,12 +105,12 @@ class WorkQueue:
             free += sum(1 for began, _ in self._sending.values() if began <= due)
         return free * per if free * per < settings.batch else settings.batch  # min(), no call
 
-    def put(self, key: Pair, leases: Sequence[Leased], taken_at: float, *, paced: bool) -> None:
-        """``leases`` of ``key`` (their tokens taken at ``taken_at``), as one parcel."""
+    def put(self, pair: Pair, leases: Sequence[Leased], taken_at: float, *, paced: bool) -> None:
+        """``leases`` of ``pair`` (their tokens taken at ``taken_at``), as one parcel."""
         lines = self._paced if paced else self._lines
-        line = lines.get(key)
+        line = lines.get(pair)
         if line is None:
-            line = lines[key] = collections.deque()
+            line = lines[pair] = collections.deque()
         line.append((leases if isinstance(leases, tuple) else tuple(leases), taken_at))
         self._count += 1
         self._leases += len(leases)
@@ -147,18 +149,18 @@ class WorkQueue:
         return tickets.popleft()
 
     async def get(self) -> Entry | None:
-        """The first parcel of the key whose turn it is; that key's turn then passes."""
+        """The first parcel of the pair whose turn it is; that pair's turn then passes."""
         while True:
             if await self._next_ticket() is None:
                 return None
             if self._count:
                 break
         lines = self._paced if self.paced else self._lines
-        key = next(iter(lines))
-        line = lines.pop(key)
+        pair = next(iter(lines))
+        line = lines.pop(pair)
         entry = line.popleft()
         if line:
-            lines[key] = line  # to the back of the turn
+            lines[pair] = line  # to the back of the turn
         parcel = entry[0]
         self._count -= 1
         self._leases -= len(parcel)
@@ -185,8 +187,8 @@ class WorkQueue:
         """The leases waiting for ``provider_id``, removed (its provider asked to wait)."""
         taken: list[Leased] = []
         for lines in (self._paced, self._lines):
-            keys = [key for key in lines if key[1] == provider_id]
-            parcels = [parcel for key in keys for parcel, _ in lines.pop(key)]
+            pairs = [pair for pair in lines if pair[1] == provider_id]
+            parcels = [parcel for pair in pairs for parcel, _ in lines.pop(pair)]
             if lines is self._paced:
                 self.paced -= len(parcels)
             self._count -= len(parcels)

@@ -2,8 +2,8 @@
 
 A key is ``op_`` and 12 hex digits (its public prefix, unique, what listings and the audit log
 name) then ``_`` and 43 characters of base64url: 256 random bits. It is returned once, by
-``create_api_key``; the store keeps the prefix and the SHA-256 of the whole key, and
-``check_api_key`` compares digests in constant time. A key never reaches a log, an audit entry
+``api_key_create``; the store keeps the prefix and the SHA-256 of the whole key, and
+``api_key_check`` compares digests in constant time. A key never reaches a log, an audit entry
 or a listing.
 """
 
@@ -53,7 +53,7 @@ def _digest(key: str) -> str:
 
 
 class ApiKeysPart(EngineParts):
-    async def create_api_key(
+    async def api_key_create(
         self, tenant: str, *, name: str = "", scope: Iterable[str] = DEFAULT_SCOPES
     ) -> tuple[ApiKeyRecord, str]:
         """A new key for ``tenant`` and the key itself, which nothing can show again; audited
@@ -82,12 +82,12 @@ class ApiKeysPart(EngineParts):
         """Every key, or ``tenant``'s (NotFound when there is no such tenant): never the keys."""
         return await self.store.apikeys.listing(tenant)
 
-    async def revoke_api_key(self, key_id: int) -> ApiKeyRecord:
+    async def api_key_revoke(self, key_id: int) -> ApiKeyRecord:
         """Revoke key ``key_id`` for good (audited): NotFound for no such key, Conflict when it
         already is."""
         return await self.store.apikeys.revoke(key_id, now=self.clock.wall(), actor=self.actor)
 
-    async def check_api_key(self, key: str) -> ApiKeyRecord | None:
+    async def api_key_check(self, key: str) -> ApiKeyRecord | None:
         """The live key ``key`` is (its last use recorded, to the minute), or None when it is
         malformed, unknown or revoked: the caller cannot tell which."""
         shape = _SHAPE.fullmatch(key)

@@ -6,9 +6,11 @@ Every change is written to the store with the engine's actor (audited) and appli
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Mapping, Sequence
+from typing import Any
 
-from engine.core.domain import UNSET, BucketKey, Limit, Unset, validate_name
+from engine.core.domain import UNSET, BucketKey, Limit, Message, SendResult, Unset, validate_name
 from engine.core.errors import ConfigError, NotFound
 from engine.facade.parts import EngineParts
 from engine.providers.base import ProviderConfig
@@ -24,20 +26,29 @@ from engine.store import (
     WorkerRecord,
 )
 
-__all__ = ["ConfigurationPart"]
+__all__ = ["TEST_PAYLOAD", "ConfigurationPart"]
+
+# What ``provider_test_send`` sends when given no payload: every built-in kind finds its text
+# in it (an email's subject and text, an SMS's body, a push's title and body).
+TEST_PAYLOAD = {
+    "subject": "OmniPost test",
+    "text": "A test send from OmniPost.",
+    "title": "OmniPost test",
+    "body": "A test send from OmniPost.",
+}
 
 
 class ConfigurationPart(EngineParts):
-    async def add_tenant(
+    async def tenant_add(
         self, name: str, limit: Limit | None = None, *, enabled: bool = True
     ) -> TenantRecord:
-        record = await self.store.config.add_tenant(
+        record = await self.store.config.tenant_add(
             name, limit, enabled=enabled, now=self.clock.wall(), actor=self.actor
         )
         await self._applied()
         return record
 
-    async def update_tenant(
+    async def tenant_update(
         self,
         name: str,
         *,
@@ -62,7 +73,7 @@ class ConfigurationPart(EngineParts):
                     f"a default TTL must be a number of seconds above 0 and at most {most:g}, "
                     f"not {default_ttl_s!r}."
                 )
-        record = await self.store.config.update_tenant(
+        record = await self.store.config.tenant_update(
             name,
             limit=limit,
             enabled=enabled,
@@ -75,7 +86,7 @@ class ConfigurationPart(EngineParts):
         await self._applied()
         return record
 
-    async def import_tenants(
+    async def tenant_import(
         self, specs: Sequence[TenantSpec], *, update: bool = False
     ) -> TenantImport:
         """Add the tenants of ``specs`` (``parse_tenant_lines`` reads them from JSON lines) in
@@ -83,13 +94,13 @@ class ConfigurationPart(EngineParts):
         exist take the spec's limit and enabled flag; without, one that exists is refused
         (``Conflict``). All or nothing: any refusal, one sentence naming the spec's line,
         writes none of them."""
-        summary = await self.store.config.import_tenants(
+        summary = await self.store.config.tenant_import(
             specs, update=update, now=self.clock.wall(), actor=self.actor
         )
         await self._applied()
         return summary
 
-    def check_provider(
+    def provider_check(
         self, name: str, kind: str, options: Mapping[str, str], secrets: Mapping[str, str]
     ) -> None:
         """Raise ConfigError with one sentence unless the provider could be built as given."""
@@ -102,7 +113,30 @@ class ConfigurationPart(EngineParts):
         # Built only to validate; nothing was opened yet, so closing is cheap.
         self._keep(asyncio.ensure_future(provider.aclose()))
 
-    async def add_provider(
+    async def provider_test_send(
+        self, provider: str, recipient: str, payload: dict[str, Any] | None = None
+    ) -> SendResult:
+        """Send one message through ``provider`` now, outside the queue and the limits."""
+        await self.directory.refresh()
+        provider_id = self.directory.provider_id(provider)
+        if provider_id is None:
+            raise NotFound(f"no provider named {provider!r}.")
+        instance = self.directory.instances.get(provider_id)
+        if instance is None:
+            reason = self.directory.broken.get(provider_id, "it is not configured")
+            raise ConfigError(f"provider {provider!r} cannot send: {reason}.")
+        message = Message(
+            notification_id=0,
+            tenant="omnipost-test",
+            provider=provider,
+            recipient=recipient,
+            payload=payload or dict(TEST_PAYLOAD),
+            idempotency_key=f"test-{uuid.uuid4().hex}",
+            attempt=1,
+        )
+        return await instance.send(message)
+
+    async def provider_add(
         self,
         name: str,
         kind: str,
@@ -110,14 +144,14 @@ class ConfigurationPart(EngineParts):
         options: Mapping[str, str] | None = None,
         secrets: Mapping[str, str] | None = None,
     ) -> ProviderRecord:
-        self.check_provider(name, kind, options or {}, secrets or {})
-        record = await self.store.config.add_provider(
+        self.provider_check(name, kind, options or {}, secrets or {})
+        record = await self.store.config.provider_add(
             name, kind, limit, options or {}, secrets or {}, now=self.clock.wall(), actor=self.actor
         )
         await self._applied()
         return record
 
-    async def update_provider(
+    async def provider_update(
         self,
         name: str,
         *,
@@ -129,13 +163,13 @@ class ConfigurationPart(EngineParts):
         current = await self.store.config.provider(name, with_secrets=True)
         merged_options = {**current.options, **(options or {})}
         merged_secrets = {**current.secrets, **(secrets or {})}
-        self.check_provider(
+        self.provider_check(
             name,
             kind or current.kind,
             {k: v for k, v in merged_options.items() if v != ""},
             {k: v for k, v in merged_secrets.items() if v != ""},
         )
-        record = await self.store.config.update_provider(
+        record = await self.store.config.provider_update(
             name,
             kind=kind,
             limit=limit,
@@ -147,8 +181,8 @@ class ConfigurationPart(EngineParts):
         await self._applied()
         return record
 
-    async def set_pair_limit(self, tenant: str, provider: str, limit: Limit | None) -> None:
-        await self.store.config.set_pair_limit(
+    async def pair_limit_set(self, tenant: str, provider: str, limit: Limit | None) -> None:
+        await self.store.config.pair_limit_set(
             tenant, provider, limit, now=self.clock.wall(), actor=self.actor
         )
         await self._applied()
@@ -189,7 +223,7 @@ class ConfigurationPart(EngineParts):
         """The newest audit entries, newest first."""
         return await self.store.audit.entries(limit=limit)
 
-    async def check_names(
+    async def names_check(
         self, *, tenants: Sequence[str] = (), providers: Sequence[str] = ()
     ) -> None:
         """Raise NotFound, naming the first, unless every tenant and provider exists."""

@@ -83,36 +83,37 @@ class Engine(
     StatusEventsPart,
 ):
     """The engine's one face. Every public method and property, by family, each with the
-    module of ``engine/facade/`` that holds it (tests/test_architecture.py keeps this true):
+    module of ``engine/facade/`` that holds it (tests/test_architecture.py keeps this true).
+    Names are noun first, so that a family sorts together: ``tenant_add``, ``dead_retry``.
 
     - lifecycle (``engine``): ``open`` ``close`` ``start`` ``pause`` ``resume`` ``stop``
       ``restart`` ``wait_stopped`` ``follow_config`` ``run_until_empty`` ``simulate``
-      ``concurrency`` ``set_concurrency``
+      ``concurrency`` ``concurrency_set``
     - figures (``engine``): ``snapshot`` ``totals`` ``recent_outcomes`` ``store_url``
       ``limiter_backend``
-    - configuration (``configuration``): ``tenants`` ``tenant_page`` ``add_tenant``
-      ``update_tenant`` ``import_tenants`` ``providers`` ``add_provider`` ``update_provider``
-      ``check_provider`` ``check_names`` ``limits`` ``pair_limits`` ``pair_limits_of``
-      ``set_pair_limit`` ``workers`` ``audit_entries``
-    - overview (``overview``): ``applied_config`` ``config_token`` ``deliveries_after``
-      ``newest_notifications``
+    - configuration (``configuration``): ``tenants`` ``tenant_page`` ``tenant_add``
+      ``tenant_update`` ``tenant_import`` ``providers`` ``provider_add`` ``provider_update``
+      ``provider_check`` ``provider_test_send`` ``names_check`` ``limits`` ``pair_limits``
+      ``pair_limits_of`` ``pair_limit_set`` ``workers`` ``audit_entries``
+    - overview (``overview``): ``config_applied`` ``config_token`` ``deliveries_after``
+      ``notifications_newest``
     - notifications (``notifications``): ``enqueue`` ``enqueue_many`` ``notifications``
-      ``deliveries`` ``cancel`` ``dead`` ``retry_dead`` ``retry_dead_counts``
-      ``discard_dead`` ``test_send`` ``sweep_lifetimes``
+      ``notification_cancel`` ``deliveries`` ``dead`` ``dead_retry`` ``dead_retry_counts``
+      ``dead_discard`` ``lifetimes_sweep``
     - requests of HTTP callers, one tenant each (``requests``): ``tenant`` ``tenant_limits``
       ``notification`` ``notification_page`` ``queued_count`` ``provider_known``
-      ``provider_name`` ``ready`` ``claim_request`` ``finish_request`` ``abandon_request``
-    - API keys (``api_keys``): ``api_keys`` ``create_api_key`` ``check_api_key``
-      ``revoke_api_key``
-    - suppressions (``suppressions``): ``suppressions`` ``suppress`` ``suppress_counts``
-      ``unsuppress`` ``unsuppress_ids``
-    - status events (``status_events``): ``webhooks`` ``all_webhooks`` ``add_webhook``
-      ``remove_webhook`` ``rotate_webhook_secret`` ``enable_webhook`` ``test_webhook``
-      ``replay_webhook_events`` ``webhook_events``
-    - circuits (``circuits``): ``provider_health`` ``held_by_circuits`` ``resume_provider``
-    - retention (``retention``): ``retention`` ``set_retention`` ``prune`` ``last_pruned_at``
+      ``provider_name`` ``ready`` ``request_claim`` ``request_finish`` ``request_abandon``
+    - API keys (``api_keys``): ``api_keys`` ``api_key_create`` ``api_key_check``
+      ``api_key_revoke``
+    - suppressions (``suppressions``): ``suppressions`` ``suppression_add``
+      ``suppression_add_counts`` ``suppression_remove`` ``suppression_remove_ids``
+    - status events (``status_events``): ``webhooks`` ``webhooks_all`` ``webhook_add``
+      ``webhook_remove`` ``webhook_secret_rotate`` ``webhook_enable`` ``webhook_test``
+      ``webhook_events`` ``webhook_events_replay``
+    - circuits (``circuits``): ``circuit_states`` ``circuit_holds`` ``circuit_close``
+    - retention (``retention``): ``retention`` ``retention_set`` ``prune`` ``pruned_at``
       ``store_size``
-    - rotation of the encryption keys (``rotation``): ``rotate_keys``
+    - rotation of the encryption keys (``rotation``): ``keys_rotate``
     - plans (``plans``): ``plan`` ``plan_setup``
     """
 
@@ -269,8 +270,8 @@ class Engine(
         """``local``, ``redis``, or ``local-fallback`` while Redis is unreachable."""
         return str(getattr(self.limiter, "backend", self._limiter_backend))
 
-    def set_concurrency(self, n: int) -> None:
-        self.dispatcher.set_concurrency(n)
+    def concurrency_set(self, n: int) -> None:
+        self.dispatcher.concurrency_set(n)
 
     def _spawn(self, name: str, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)
@@ -390,7 +391,7 @@ class Engine(
 
     @property
     def concurrency(self) -> int:
-        """Sends this engine runs at once (``set_concurrency`` changes it)."""
+        """Sends this engine runs at once (``concurrency_set`` changes it)."""
         return self.dispatcher.concurrency
 
     def totals(self) -> Counters:

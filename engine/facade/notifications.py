@@ -7,15 +7,12 @@ import logging
 import math
 import os
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from engine.core.domain import (
     EnqueueItem,
-    Message,
     NotificationState,
-    SendResult,
     check_items,
 )
 from engine.core.errors import ConfigError, ItemRefused, NotFound, OmniPostError
@@ -25,16 +22,7 @@ from engine.providers.schema import DEFAULT_TTL_OPTION
 from engine.store import DeliveryEntry, EnqueueResult, NotificationRow, NotificationView
 from engine.store.lifetimes import SWEEP_PART
 
-__all__ = ["TEST_PAYLOAD", "NotificationsPart"]
-
-# What ``test_send`` sends when given no payload: every built-in kind finds its text in it (an
-# email's subject and text, an SMS's body, a push's title and body).
-TEST_PAYLOAD = {
-    "subject": "OmniPost test",
-    "text": "A test send from OmniPost.",
-    "title": "OmniPost test",
-    "body": "A test send from OmniPost.",
-}
+__all__ = ["NotificationsPart"]
 
 
 log = logging.getLogger(__name__)
@@ -167,7 +155,7 @@ class NotificationsPart(EngineParts):
 
         return of_provider
 
-    async def sweep_lifetimes(self) -> None:
+    async def lifetimes_sweep(self) -> None:
         """Queue the scheduled notifications that fall due within ``sweep_ahead_s`` (each
         claimable from its send time on: queued ahead, rows due together are in every
         worker's book when their second comes, not a promotion's length later; further ahead
@@ -228,7 +216,7 @@ class NotificationsPart(EngineParts):
         return needed_s if needed_s > lead_s else lead_s
 
     async def _sweep_loop(self) -> None:
-        """``sweep_lifetimes`` whenever one has work: at ``_sweep_at`` when that is known to
+        """``lifetimes_sweep`` whenever one has work: at ``_sweep_at`` when that is known to
         come within ``sweep_s``, else every ``sweep_s`` on the engine's clock it checks the time
         against ``_sweep_at`` (lowered by this engine's enqueues with a
         time and by other processes' notifications; read again at least every
@@ -242,7 +230,7 @@ class NotificationsPart(EngineParts):
             if self.clock.wall() < self._sweep_at:
                 continue
             try:
-                await self.sweep_lifetimes()
+                await self.lifetimes_sweep()
             except OmniPostError as exc:
                 log.warning("sweep of scheduled and expiring notifications: %s", exc.message)
 
@@ -289,23 +277,23 @@ class NotificationsPart(EngineParts):
             found.extend((name, row) for row in rows)
         return found
 
-    async def retry_dead(self, ids: Sequence[int] | None, *, tenant: str | None = None) -> int:
+    async def dead_retry(self, ids: Sequence[int] | None, *, tenant: str | None = None) -> int:
         """Queue dead notifications again; ``ids=None`` means every dead one (of ``tenant``).
-        Returns how many were queued again (see ``retry_dead_counts``)."""
-        return (await self.retry_dead_counts(ids, tenant=tenant))[0]
+        Returns how many were queued again (see ``dead_retry_counts``)."""
+        return (await self.dead_retry_counts(ids, tenant=tenant))[0]
 
-    async def retry_dead_counts(
+    async def dead_retry_counts(
         self, ids: Sequence[int] | None, *, tenant: str | None = None
     ) -> tuple[int, int]:
-        """``retry_dead``: how many were queued again, and how many became ``suppressed``
+        """``dead_retry``: how many were queued again, and how many became ``suppressed``
         instead because their recipient is on the tenant's suppression list for their
         provider (never sent)."""
         return await self._repair("dead.retry", ids, tenant)
 
-    async def discard_dead(self, ids: Sequence[int] | None, *, tenant: str | None = None) -> int:
+    async def dead_discard(self, ids: Sequence[int] | None, *, tenant: str | None = None) -> int:
         return (await self._repair("dead.discard", ids, tenant))[0]
 
-    async def cancel(self, tenant: str, notification_id: int) -> NotificationView:
+    async def notification_cancel(self, tenant: str, notification_id: int) -> NotificationView:
         """Cancel the tenant's queued notification ``notification_id``: it is finished now,
         never to be sent; audited. Returns it as it is now. Raises ``NotFound`` when the
         tenant has no such notification (or no such tenant), ``NotCancellable`` (a
@@ -330,11 +318,11 @@ class NotificationsPart(EngineParts):
             now = self.clock.wall()
             suppressed = 0
             if action == "dead.retry":
-                count, suppressed = await self.store.queue.retry_dead_counts(
+                count, suppressed = await self.store.queue.dead_retry_counts(
                     tenant_id, ids, now=now
                 )
             else:
-                count = await self.store.queue.discard_dead(tenant_id, ids)
+                count = await self.store.queue.dead_discard(tenant_id, ids)
             if count or suppressed:
                 detail: dict[str, object] = {
                     "count": count,
@@ -353,26 +341,3 @@ class NotificationsPart(EngineParts):
         if tenant is not None:
             return [tenant]
         return [t.name for t in await self.store.config.tenants()]
-
-    async def test_send(
-        self, provider: str, recipient: str, payload: dict[str, Any] | None = None
-    ) -> SendResult:
-        """Send one message through ``provider`` now, outside the queue and the limits."""
-        await self.directory.refresh()
-        provider_id = self.directory.provider_id(provider)
-        if provider_id is None:
-            raise NotFound(f"no provider named {provider!r}.")
-        instance = self.directory.instances.get(provider_id)
-        if instance is None:
-            reason = self.directory.broken.get(provider_id, "it is not configured")
-            raise ConfigError(f"provider {provider!r} cannot send: {reason}.")
-        message = Message(
-            notification_id=0,
-            tenant="omnipost-test",
-            provider=provider,
-            recipient=recipient,
-            payload=payload or dict(TEST_PAYLOAD),
-            idempotency_key=f"test-{uuid.uuid4().hex}",
-            attempt=1,
-        )
-        return await instance.send(message)

@@ -37,7 +37,7 @@ class OverviewPart(EngineParts):
         one read, however many tenants sent."""
         return await self.store.overview.deliveries_after(after_id, limit=limit)
 
-    async def newest_notifications(
+    async def notifications_newest(
         self, state: NotificationState | None, *, limit: int = 200
     ) -> list[NotificationView]:
         """Up to ``limit`` notifications of every tenant in ``state`` (None: any), newest id
@@ -59,7 +59,7 @@ class OverviewPart(EngineParts):
         found.sort(key=lambda v: v.id, reverse=True)
         return found[:limit]
 
-    async def applied_config(self) -> AppliedConfig:
+    async def config_applied(self) -> AppliedConfig:
         """The tenants and limits this engine applies, loaded from the store again first when
         they changed (``config_token``): what a console in the same process shows, without a
         second copy of 100,000 tenants and 400,000 limits read and kept beside the engine's.

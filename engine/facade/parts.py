@@ -108,7 +108,7 @@ class EngineParts:
             settings=self.settings.dispatch,
             rng=self._rng,
         )
-        dispatcher.set_concurrency(concurrency)
+        dispatcher.concurrency_set(concurrency)
         return worker_id, dispatcher
 
     async def _ids(self, tenant: str, provider: str | None = None) -> tuple[int, int]:

@@ -103,7 +103,7 @@ class RequestsPart(EngineParts):
 
     # -- idempotent requests ----------------------------------------------------------------
 
-    async def claim_request(
+    async def request_claim(
         self, tenant: str, key: str, fingerprint: str, *, owner: str
     ) -> RequestClaim:
         """Claim the tenant's idempotency ``key`` for a request whose body has ``fingerprint``."""
@@ -112,7 +112,7 @@ class RequestsPart(EngineParts):
             tenant_id, key, fingerprint, owner=owner, lease_s=REQUEST_LEASE_S, now=self.clock.wall()
         )
 
-    async def finish_request(
+    async def request_finish(
         self,
         tenant: str,
         key: str,
@@ -133,7 +133,7 @@ class RequestsPart(EngineParts):
             notification_id=notification_id,
         )
 
-    async def abandon_request(self, tenant: str, key: str, *, owner: str) -> bool:
+    async def request_abandon(self, tenant: str, key: str, *, owner: str) -> bool:
         """Free ``key`` after its request failed, so that a retry starts afresh."""
         tenant_id, _ = await self._ids(tenant)
         return await self.store.requests.abandon(tenant_id, key, owner=owner)

@@ -26,12 +26,12 @@ class RetentionPart(EngineParts):
         """The store's retention windows, as every process sharing the store applies them."""
         return await self.store.maintenance.retention()
 
-    async def set_retention(self, **ages: float | None) -> Retention:
+    async def retention_set(self, **ages: float | None) -> Retention:
         """Change some windows (``delivered_s``, ``dead_s``, ``log_s``, ``audit_s``,
         ``suppressions_s``; ``None`` keeps forever) for every process; audited. Raises
         ConfigError for a bad age or name."""
         retention = (await self.retention()).changed(**ages)
-        await self.store.maintenance.set_retention(
+        await self.store.maintenance.retention_set(
             retention, now=self.clock.wall(), actor=self.actor
         )
         return retention
@@ -47,7 +47,7 @@ class RetentionPart(EngineParts):
     async def store_size(self) -> StoreSize:
         return await self.store.maintenance.size()
 
-    async def last_pruned_at(self) -> float | None:
+    async def pruned_at(self) -> float | None:
         """When a prune pass (in the background or asked for) last finished, or None."""
         return await self.store.maintenance.chore_last_run(_PRUNE)
 

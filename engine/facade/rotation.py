@@ -17,7 +17,7 @@ DEFAULT_BATCH = 500
 
 
 class RotationPart(EngineParts):
-    async def rotate_keys(
+    async def keys_rotate(
         self,
         *,
         dry_run: bool = False,

@@ -49,7 +49,7 @@ class NewSecret:
 
 
 class StatusEventsPart(EngineParts):
-    async def add_webhook(
+    async def webhook_add(
         self,
         tenant: str,
         url: str,
@@ -90,7 +90,7 @@ class StatusEventsPart(EngineParts):
         health = await self.store.outbox.health([e.id for e in found])
         return [EndpointView(e, health[e.id]) for e in found]
 
-    async def all_webhooks(self, *, limit: int = 1000) -> list[tuple[str, EndpointView]]:
+    async def webhooks_all(self, *, limit: int = 1000) -> list[tuple[str, EndpointView]]:
         """Every tenant's endpoints with their tenant's name (the console, the metrics)."""
         found = await self.store.endpoints.all_endpoints(limit=limit)
         health = await self.store.outbox.health([e.id for e in found])
@@ -99,14 +99,14 @@ class StatusEventsPart(EngineParts):
             (names.get(e.tenant_id, str(e.tenant_id)), EndpointView(e, health[e.id])) for e in found
         ]
 
-    async def remove_webhook(self, tenant: str, endpoint_id: int) -> None:
+    async def webhook_remove(self, tenant: str, endpoint_id: int) -> None:
         """The endpoint and its undelivered events, gone. NotFound when the tenant has none."""
         tenant_id, _ = await self._ids(tenant)
         await self.store.endpoints.remove_endpoint(
             tenant_id, endpoint_id, now=self.clock.wall(), actor=self.actor
         )
 
-    async def rotate_webhook_secret(
+    async def webhook_secret_rotate(
         self, tenant: str, endpoint_id: int, *, grace_s: float = 86400.0
     ) -> NewSecret:
         """A new secret for the endpoint; the old one signs as well for ``grace_s`` (each event
@@ -126,7 +126,7 @@ class StatusEventsPart(EngineParts):
         )
         return NewSecret(record, secret)
 
-    async def enable_webhook(self, tenant: str, endpoint_id: int, enabled: bool = True) -> bool:
+    async def webhook_enable(self, tenant: str, endpoint_id: int, enabled: bool = True) -> bool:
         """Enable (its held events due at once) or disable an endpoint; whether it changed."""
         tenant_id, _ = await self._ids(tenant)
         return await self.store.endpoints.set_enabled(
@@ -138,7 +138,7 @@ class StatusEventsPart(EngineParts):
             actor=self.actor,
         )
 
-    async def test_webhook(self, tenant: str, endpoint_id: int) -> PostAnswer:
+    async def webhook_test(self, tenant: str, endpoint_id: int) -> PostAnswer:
         """Post a signed ``webhook.test`` event to the endpoint now (not through the outbox)
         and return its answer."""
         tenant_id, _ = await self._ids(tenant)
@@ -162,7 +162,7 @@ class StatusEventsPart(EngineParts):
         await self.store.audit.write(self.actor, "webhook.test", tenant_id, detail, now=now)
         return answer
 
-    async def replay_webhook_events(
+    async def webhook_events_replay(
         self, tenant: str, *, since: float, endpoint_id: int | None = None
     ) -> int:
         """Send ``tenant``'s events since ``since`` (unix s) again, delivered or given up, each

@@ -38,13 +38,13 @@ class SuppressionsPart(EngineParts):
             tenant_id, provider_id=provider_id or None, limit=limit, before_id=before
         )
 
-    async def suppress(
+    async def suppression_add(
         self, tenant: str, provider: str, recipients: Sequence[str], *, reason: str = ""
     ) -> int:
-        """``suppress_counts``' first count: how many recipients were not on the list."""
-        return (await self.suppress_counts(tenant, provider, recipients, reason=reason))[0]
+        """``suppression_add_counts``' first count: how many recipients were not on the list."""
+        return (await self.suppression_add_counts(tenant, provider, recipients, reason=reason))[0]
 
-    async def suppress_counts(
+    async def suppression_add_counts(
         self, tenant: str, provider: str, recipients: Sequence[str], *, reason: str = ""
     ) -> tuple[int, int]:
         """Put ``recipients`` on ``tenant``'s list for ``provider`` (all or none), then
@@ -83,7 +83,7 @@ class SuppressionsPart(EngineParts):
             self.dispatcher.wake()
         return added, queued
 
-    async def unsuppress_ids(self, tenant: str, ids: Sequence[int]) -> int:
+    async def suppression_remove_ids(self, tenant: str, ids: Sequence[int]) -> int:
         """Take ``tenant``'s entries ``ids`` (as listed) off its list; an id that is not the
         tenant's is left alone. Returns how many were taken off. NotFound for an unknown
         tenant."""
@@ -94,7 +94,7 @@ class SuppressionsPart(EngineParts):
             tenant_id, list(dict.fromkeys(ids)), now=self.clock.wall(), actor=self.actor
         )
 
-    async def unsuppress(self, tenant: str, provider: str, recipient: str) -> None:
+    async def suppression_remove(self, tenant: str, provider: str, recipient: str) -> None:
         """Take ``recipient`` off ``tenant``'s list for ``provider``: later notifications to it
         are sent again. NotFound when it is not on the list (or no such tenant or provider)."""
         check_recipient_and_key(recipient, None)

@@ -1,11 +1,11 @@
 """The planner's store: the queue, circuits and configuration the dispatcher uses, in memory.
 
 It keeps the SQL store's rules where the dispatcher can see them: a claim leases due rows of
-one key highest priority first, then oldest, and bumps the attempt; completions and releases
+one pair highest priority first, then oldest, and bumps the attempt; completions and releases
 apply only while the lease holds (same owner and attempt); a retry waits until its
 ``available_at``; a claim ends a row past its deadline expired instead of leasing it (so rows
 expire when claimed, where the store's sweep expires those nobody claims at their deadline: the
-same rows, a little later); ``due_keys`` counts due rows up to ``DUE_CAP``. It also tells a
+same rows, a little later); ``due_pairs`` counts due rows up to ``DUE_CAP``. It also tells a
 ``PlanLedger`` what happened to every notification, which is what a plan reports.
 Everything here answers at once: a plan runs at the speed of the dispatcher's own code.
 """
@@ -23,7 +23,7 @@ from engine.store.circuits import Transition
 from engine.store.reads import DUE_CAP
 from engine.store.records import (
     Completion,
-    DueKey,
+    DuePair,
     Leased,
     PairLimit,
     ProviderRecord,
@@ -34,7 +34,7 @@ from engine.store.records import (
 __all__ = ["MemoryCircuits", "MemoryConfig", "MemoryQueue", "PlanLedger", "PlanStore"]
 
 Pair = tuple[int, int]  # (tenant id, provider id)
-# A due row's place in its key's heap, one int: ``row id - priority * _ID_SPAN`` orders as
+# A due row's place in its pair's heap, one int: ``row id - priority * _ID_SPAN`` orders as
 # ``(-priority, row id)`` (ids stay below the span) and compares in C as one number, where a
 # tuple compares item by item: a claim pops one each time.
 _ID_SPAN = 1 << 40
@@ -200,10 +200,10 @@ class MemoryQueue:
         priority: int = 0,
         ttl_s: float | None = None,
     ) -> None:
-        """Enqueue ``n`` notifications of one key, due at once; with ``ttl_s``, each is never
+        """Enqueue ``n`` notifications of one pair, due at once; with ``ttl_s``, each is never
         sent later than that after ``now``."""
-        key = (tenant_id, provider_id)
-        due = self._due.setdefault(key, [])
+        pair = (tenant_id, provider_id)
+        due = self._due.setdefault(pair, [])
         first = self._next_id
         self._next_id += max(n, 0)
         rows = self._rows
@@ -218,45 +218,45 @@ class MemoryQueue:
         else:
             for entry in entries:
                 heapq.heappush(due, entry)
-        self._queued[key] = self._queued.get(key, 0) + n
+        self._queued[pair] = self._queued.get(pair, 0) + n
         self._ledger.enqueued(tenant_id, n, now)
 
-    def _promote(self, key: Pair, now: float) -> None:
-        later = self._later.get(key)
+    def _promote(self, pair: Pair, now: float) -> None:
+        later = self._later.get(pair)
         if not later:
             return
-        due = self._due.setdefault(key, [])
+        due = self._due.setdefault(pair, [])
         while later and later[0][0] <= now:
             _, row_id = heapq.heappop(later)
             row = self._rows[row_id]
             heapq.heappush(due, row_id - row.priority * _ID_SPAN)
 
-    async def due_keys(
+    async def due_pairs(
         self,
         now: float,
         tenant_ids: Sequence[int] | None = None,
         *,
-        keys: Sequence[tuple[int, int]] | None = None,
-    ) -> list[DueKey]:
+        pairs: Sequence[tuple[int, int]] | None = None,
+    ) -> list[DuePair]:
         wanted = None if tenant_ids is None else set(tenant_ids)
-        only = None if keys is None else set(keys)
+        only = None if pairs is None else set(pairs)
         found = []
-        for key, queued in self._queued.items():
-            if queued <= 0 or (wanted is not None and key[0] not in wanted):
+        for pair, queued in self._queued.items():
+            if queued <= 0 or (wanted is not None and pair[0] not in wanted):
                 continue
-            if only is not None and key not in only:
+            if only is not None and pair not in only:
                 continue
-            self._promote(key, now)
-            due = min(len(self._due.get(key, ())), DUE_CAP)
-            later = self._later.get(key)
+            self._promote(pair, now)
+            due = min(len(self._due.get(pair, ())), DUE_CAP)
+            later = self._later.get(pair)
             next_at = now if due or not later else later[0][0]
-            found.append(DueKey(key[0], key[1], due, next_at, queued))
+            found.append(DuePair(pair[0], pair[1], due, next_at, queued))
         return found
 
     async def queued_counts(self, share: Share | None = None) -> dict[Pair, int]:
         """The kept counts; a plan's one dispatcher never asks for a ``share``."""
         assert share is None, "a plan has one worker"
-        return {key: n for key, n in self._queued.items() if n > 0}
+        return {pair: n for pair, n in self._queued.items() if n > 0}
 
     async def claim_many(
         self, asks: Sequence[tuple[int, int, int]], *, owner: str, lease_s: float, now: float
@@ -268,10 +268,10 @@ class MemoryQueue:
     async def claim(
         self, tenant_id: int, provider_id: int, n: int, *, owner: str, lease_s: float, now: float
     ) -> list[Leased]:
-        key = (tenant_id, provider_id)
-        if self._later.get(key):
-            self._promote(key, now)
-        due = self._due.get(key)
+        pair = (tenant_id, provider_id)
+        if self._later.get(pair):
+            self._promote(pair, now)
+        due = self._due.get(pair)
         leased: list[Leased] = []
         rows, max_attempts, expires_at = self._rows, self._max_attempts, now + lease_s
         taken = 0  # as the store's claim: a row found past its deadline is one of the ``n``
@@ -281,7 +281,7 @@ class MemoryQueue:
             taken += 1
             if row.expires_at is not None and row.expires_at <= now:
                 del rows[row_id]
-                self._queued[key] -= 1
+                self._queued[pair] -= 1
                 self._ledger.expired(tenant_id, now)
                 continue
             row.state = _LEASED
@@ -305,7 +305,7 @@ class MemoryQueue:
                     row.available_at,
                 )
             )
-        self._queued[key] -= len(leased)
+        self._queued[pair] -= len(leased)
         if len(leased) > 1:
             leased.sort(key=lambda item: item.id)
         return leased
@@ -326,12 +326,12 @@ class MemoryQueue:
         return count
 
     def _requeue(self, row: _Row, available_at: float) -> None:
-        key = (row.tenant_id, row.provider_id)
+        pair = (row.tenant_id, row.provider_id)
         row.state = _QUEUED
         row.owner = None
         row.available_at = available_at
-        heapq.heappush(self._later.setdefault(key, []), (available_at, row.id))
-        self._queued[key] += 1
+        heapq.heappush(self._later.setdefault(pair, []), (available_at, row.id))
+        self._queued[pair] += 1
 
     async def complete(self, completions: Sequence[Completion], *, worker: str) -> list[bool]:
         applied = []

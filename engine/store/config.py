@@ -47,7 +47,7 @@ class ConfigRepo:
 
     # -- tenants ----------------------------------------------------------------------------
 
-    async def add_tenant(
+    async def tenant_add(
         self, name: str, limit: Limit | None, *, enabled: bool = True, now: float, actor: str
     ) -> TenantRecord:
         validate_name("tenant", name)
@@ -65,7 +65,7 @@ class ConfigRepo:
 
         return await self._db.write(tx)
 
-    async def update_tenant(
+    async def tenant_update(
         self,
         name: str,
         *,
@@ -107,7 +107,7 @@ class ConfigRepo:
 
         return await self._db.write(tx)
 
-    async def import_tenants(
+    async def tenant_import(
         self, specs: Sequence[TenantSpec], *, update: bool = False, now: float, actor: str
     ) -> TenantImport:
         """Add every spec's tenant in one transaction, audited as one ``tenant.import`` entry
@@ -172,7 +172,7 @@ class ConfigRepo:
 
     # -- providers --------------------------------------------------------------------------
 
-    async def add_provider(
+    async def provider_add(
         self,
         name: str,
         kind: str,
@@ -208,7 +208,7 @@ class ConfigRepo:
 
         return await self._db.write(tx)
 
-    async def update_provider(
+    async def provider_update(
         self,
         name: str,
         *,
@@ -284,7 +284,7 @@ class ConfigRepo:
 
     # -- pair limits ------------------------------------------------------------------------
 
-    async def set_pair_limit(
+    async def pair_limit_set(
         self, tenant: str, provider: str, limit: Limit | None, *, now: float, actor: str
     ) -> None:
         """Set or (with ``None``) remove the limit of one (tenant, provider) pair."""

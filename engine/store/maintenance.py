@@ -74,7 +74,7 @@ class MaintenanceRepo:
 
         return await self._db.read(tx)
 
-    async def set_retention(self, retention: Retention, *, now: float, actor: str) -> None:
+    async def retention_set(self, retention: Retention, *, now: float, actor: str) -> None:
         """Store ``retention`` for every process, and audit the change, in one transaction."""
         value = json.dumps(retention.as_dict())
 

@@ -125,7 +125,7 @@ class QueueRepo(QueueRepairs):
     async def claim(
         self, tenant_id: int, provider_id: int, n: int, *, owner: str, lease_s: float, now: float
     ) -> list[Leased]:
-        """Lease up to ``n`` due notifications of one key to ``owner``, highest priority first,
+        """Lease up to ``n`` due notifications of one pair to ``owner``, highest priority first,
         then oldest. Each claim bumps ``attempt``: the fencing token its completion must show."""
         expires = now + lease_s
         if self._db.is_sqlite:

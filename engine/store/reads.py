@@ -1,7 +1,7 @@
-"""Reads of the queue whose cost does not grow with it: counts, due keys, listings.
+"""Reads of the queue whose cost does not grow with it: counts, due pairs, listings.
 
 The counts come from ``queue_counts`` (kept by the triggers of migration 0003); everything else
-reads one bounded range of an index per tenant or key, however many rows the store keeps.
+reads one bounded range of an index per tenant or pair, however many rows the store keeps.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from engine.store.database import Database, in_parts
 from engine.store.records import (
     DeliveryEntry,
     DepthRow,
-    DueKey,
+    DuePair,
     Enqueue,
     NotificationView,
     Share,
@@ -32,9 +32,9 @@ __all__ = ["DUE_CAP", "QueueReads", "view_of"]
 N = notifications
 _QUEUED = NotificationState.QUEUED.value
 _LEASED = NotificationState.LEASED.value
-DUE_CAP = 1024  # due rows counted per key and refresh; the dispatcher needs at least a batch
-_KEYS_PER_QUERY = 100  # keys probed per UNION ALL (SQLite allows 500 terms in a compound)
-_PROBE_SIZES = (1, 4, 16, 50, _KEYS_PER_QUERY)  # the UNION ALLs built (and compiled) once each
+DUE_CAP = 1024  # due rows counted per pair and refresh; the dispatcher needs at least a batch
+_PAIRS_PER_QUERY = 100  # pairs probed per UNION ALL (SQLite allows 500 terms in a compound)
+_PROBE_SIZES = (1, 4, 16, 50, _PAIRS_PER_QUERY)  # the UNION ALLs built (and compiled) once each
 
 
 class QueueReads:
@@ -46,29 +46,29 @@ class QueueReads:
         # Postgres: the tenants found to keep a suppression list (pg_hot.enqueue).
         self._listed: set[int] = set()
 
-    async def due_keys(
+    async def due_pairs(
         self,
         now: float,
         tenant_ids: Sequence[int] | None = None,
         *,
-        keys: Sequence[tuple[int, int]] | None = None,
-    ) -> list[DueKey]:
-        """Every (tenant, provider) with queued work, or only those of ``keys`` that have
-        some: how much is due now (counted up to ``DUE_CAP``: the dispatcher only needs to
-        know there is at least a batch), when the next falls due, and its queued rows in the
-        kept counts. Reads the counts (all keys) and, per key, at most ``DUE_CAP`` index
-        entries, however deep the queue. The dispatcher asks for ``keys`` only (those whose
-        count ran out); a look at every key is for tools and tests."""
+        pairs: Sequence[tuple[int, int]] | None = None,
+    ) -> list[DuePair]:
+        """Every (tenant, provider) pair with queued work, or only those of ``pairs`` that
+        have some: how much is due now (counted up to ``DUE_CAP``: the dispatcher only needs
+        to know there is at least a batch), when the next falls due, and its queued rows in
+        the kept counts. Reads the counts (all pairs) and, per pair, at most ``DUE_CAP`` index
+        entries, however deep the queue. The dispatcher asks for ``pairs`` only (those whose
+        count ran out); a look at every pair is for tools and tests."""
 
-        async def tx(conn: AsyncConnection) -> list[DueKey]:
-            probed = list(keys) if keys is not None else None
+        async def tx(conn: AsyncConnection) -> list[DuePair]:
+            probed = list(pairs) if pairs is not None else None
             if probed is None:
                 probed = [(t, p) for t, p, state, _n in await _counts(conn) if state == _QUEUED]
             probed = [(t, p) for t, p in probed if tenant_ids is None or t in tenant_ids]
-            found: list[DueKey] = []
-            for start in range(0, len(probed), _KEYS_PER_QUERY):
-                chunk = probed[start : start + _KEYS_PER_QUERY]
-                # Padded with its last key to one of a few sizes: each size is compiled once.
+            found: list[DuePair] = []
+            for start in range(0, len(probed), _PAIRS_PER_QUERY):
+                chunk = probed[start : start + _PAIRS_PER_QUERY]
+                # Padded with its last pair to one of a few sizes: each size is compiled once.
                 size = next(n for n in _PROBE_SIZES if n >= len(chunk))
                 chunk += [chunk[-1]] * (size - len(chunk))
                 params: dict[str, Any] = {"now": now}
@@ -76,7 +76,7 @@ class QueueReads:
                     params[f"t{i}"], params[f"p{i}"] = t, p
                 rows = await conn.execute(_due_probes(size), params)
                 found.extend(
-                    DueKey(r[0], r[1], int(r[2]), float(r[3]), int(r[4] or 0))
+                    DuePair(r[0], r[1], int(r[2]), float(r[3]), int(r[4] or 0))
                     for r in rows
                     if r[3] is not None  # the count ran ahead of a concurrent claim
                 )
@@ -87,7 +87,7 @@ class QueueReads:
     async def queued_counts(self, share: Share | None = None) -> dict[tuple[int, int], int]:
         """Queued rows per (tenant, provider) with any, from the kept counts: one read of
         ``queue_counts`` (its rows in the queued state), however deep the queue. With
-        ``share``, only the keys of that worker's part of the tenants and the deep ones: the
+        ``share``, only the pairs of that worker's part of the tenants and the deep ones: the
         rest are never sent to it, nor read into rows."""
         query = _QUEUED_COUNTS if share is None else _queued_counts_of(share)
 
@@ -162,9 +162,9 @@ class QueueReads:
                 per[t, state] = per.get((t, state), 0) + n
             queued = sorted(t for (t, state), n in per.items() if state == _QUEUED and n > 0)
             oldest: dict[int, float] = {}
-            for start in range(0, len(queued), _KEYS_PER_QUERY):
+            for start in range(0, len(queued), _PAIRS_PER_QUERY):
                 query = sa.union_all(
-                    *(_oldest_probe(t) for t in queued[start : start + _KEYS_PER_QUERY])
+                    *(_oldest_probe(t) for t in queued[start : start + _PAIRS_PER_QUERY])
                 )
                 rows = await conn.execute(query)
                 oldest.update({r[0]: r[2] for r in rows if r[1] == _QUEUED})
@@ -334,13 +334,13 @@ async def _counts(conn: AsyncConnection) -> list[tuple[int, int, str, int]]:
 
 @functools.lru_cache(maxsize=len(_PROBE_SIZES))
 def _due_probes(n: int) -> sa.CompoundSelect[Any]:
-    """The look at ``n`` keys (bound as ``t0, p0, ...``, and ``now``), built once per ``n``:
+    """The look at ``n`` pairs (bound as ``t0, p0, ...``, and ``now``), built once per ``n``:
     SQLAlchemy then finds its compiled form in its cache instead of building it per look."""
     return sa.union_all(*(_due_probe(i) for i in range(n)))
 
 
 def _due_probe(i: int) -> sa.Select[Any]:
-    """One key's capped count of due rows and its earliest ``available_at``, each a range of
+    """One pair's capped count of due rows and its earliest ``available_at``, each a range of
     ``ix_notifications_queued_due``, and its queued rows in the kept counts."""
     tenant = sa.bindparam(f"t{i}", type_=sa.Integer)
     provider = sa.bindparam(f"p{i}", type_=sa.Integer)

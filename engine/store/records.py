@@ -1,6 +1,6 @@
 """Read models the store hands out: plain frozen values, safe to pass to the console.
 
-The three made once or more per send (``Leased``, ``Completion``, ``DueKey``) and the two
+The three made once or more per send (``Leased``, ``Completion``, ``DuePair``) and the two
 made per row an enqueue takes (``NotificationRow``, ``EnqueueResult``) are values all the same,
 never changed once made, but not frozen: a frozen dataclass sets each field through
 ``object.__setattr__``, which makes one about five times slower to build (1.1 against 0.2 us
@@ -20,7 +20,7 @@ __all__ = [
     "Completion",
     "DeliveryEntry",
     "DepthRow",
-    "DueKey",
+    "DuePair",
     "Enqueue",
     "EnqueueResult",
     "Leased",
@@ -229,7 +229,7 @@ class Share:
 
 
 @dataclass(slots=True)  # a value; not frozen: see the module docstring
-class DueKey:
+class DuePair:
     """A key with queued work: ``due`` rows due now, counted up to a cap (at least a batch
     tells the dispatcher enough), and the ``available_at`` of its earliest queued row."""
 

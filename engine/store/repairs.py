@@ -28,11 +28,11 @@ _SUPPRESSED = NotificationState.SUPPRESSED.value
 
 
 class QueueRepairs(QueueReads):
-    async def retry_dead(self, tenant_id: int, ids: Sequence[int] | None, *, now: float) -> int:
-        """``retry_dead_counts``'s first figure: how many were queued again."""
-        return (await self.retry_dead_counts(tenant_id, ids, now=now))[0]
+    async def dead_retry(self, tenant_id: int, ids: Sequence[int] | None, *, now: float) -> int:
+        """``dead_retry_counts``'s first figure: how many were queued again."""
+        return (await self.dead_retry_counts(tenant_id, ids, now=now))[0]
 
-    async def retry_dead_counts(
+    async def dead_retry_counts(
         self, tenant_id: int, ids: Sequence[int] | None, *, now: float
     ) -> tuple[int, int]:
         """Queue dead notifications again with a fresh attempt budget; ``None`` means all of the
@@ -61,7 +61,7 @@ class QueueRepairs(QueueReads):
 
         return await self._db.write(tx)
 
-    async def discard_dead(self, tenant_id: int, ids: Sequence[int] | None) -> int:
+    async def dead_discard(self, tenant_id: int, ids: Sequence[int] | None) -> int:
         async def tx(conn: AsyncConnection) -> int:
             return int((await conn.execute(N.delete().where(_dead(tenant_id, ids)))).rowcount)
 

@@ -177,7 +177,7 @@ def test_idempotency_replays_refuses_and_takes_over(
 
             engine = build_engine(store)
             async with engine:
-                await engine.claim_request("acme", "order-2", "f" * 64, owner="dead-server")
+                await engine.request_claim("acme", "order-2", "f" * 64, owner="dead-server")
 
     asyncio.run(claim())
     started = time.monotonic()
@@ -218,7 +218,7 @@ async def _claim_same(store_url: str, box: SecretBox, body: dict[str, Any]) -> N
     async with Store(store_url, box) as store:
         engine = build_engine(store)
         async with engine:
-            await engine.claim_request("acme", "order-3", fingerprint, owner="dead-server")
+            await engine.request_claim("acme", "order-3", fingerprint, owner="dead-server")
 
 
 @pytest.fixture

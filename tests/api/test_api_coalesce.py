@@ -19,9 +19,9 @@ async def test_requests_that_arrive_together_share_transactions(
     make_engine: EngineFactory,
 ) -> None:
     engine = await make_engine()
-    await engine.add_tenant("acme")
-    await engine.add_tenant("beta")
-    await engine.add_provider("sim", "simulated")
+    await engine.tenant_add("acme")
+    await engine.tenant_add("beta")
+    await engine.provider_add("sim", "simulated")
     coalescer = Coalescer(engine)
 
     def rows(n: int, tenant: str) -> list[EnqueueItem]:
@@ -43,8 +43,8 @@ async def test_requests_that_arrive_together_share_transactions(
 
 async def test_a_shared_key_and_a_refused_request(make_engine: EngineFactory) -> None:
     engine = await make_engine()
-    await engine.add_tenant("acme")
-    await engine.add_provider("sim", "simulated")
+    await engine.tenant_add("acme")
+    await engine.provider_add("sim", "simulated")
     coalescer = Coalescer(engine)
     first, second, bad, after = await asyncio.gather(
         coalescer.enqueue("acme", [EnqueueItem("sim", "a@x.y", {}, "same", 0)]),
@@ -63,8 +63,8 @@ async def test_a_shared_key_and_a_refused_request(make_engine: EngineFactory) ->
 
 async def test_several_writers_at_once(make_engine: EngineFactory) -> None:
     engine = await make_engine()
-    await engine.add_tenant("acme")
-    await engine.add_provider("sim", "simulated")
+    await engine.tenant_add("acme")
+    await engine.provider_add("sim", "simulated")
     coalescer = Coalescer(engine, writers=4, max_rows=5)
     answers = await asyncio.gather(
         *(
@@ -82,8 +82,8 @@ async def test_a_backlog_goes_to_several_writers_in_rounds_of_a_few_rows(
     make_engine: EngineFactory,
 ) -> None:
     engine = await make_engine()
-    await engine.add_tenant("acme")
-    await engine.add_provider("sim", "simulated")
+    await engine.tenant_add("acme")
+    await engine.provider_add("sim", "simulated")
     rounds: list[int] = []
     under_way = most = 0
     real = engine.enqueue_many
@@ -118,8 +118,8 @@ async def test_no_request_waits_for_good_when_its_writer_is_cancelled(
     make_engine: EngineFactory, writers: int
 ) -> None:
     engine = await make_engine()
-    await engine.add_tenant("acme")
-    await engine.add_provider("sim", "simulated")
+    await engine.tenant_add("acme")
+    await engine.provider_add("sim", "simulated")
     coalescer = Coalescer(engine, writers=writers)
     pending = [
         asyncio.ensure_future(

@@ -323,7 +323,7 @@ async def _background_prune(url: str) -> float:
         await engine.start()
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            pruned_at = await engine.last_pruned_at()
+            pruned_at = await engine.pruned_at()
             if pruned_at is not None:
                 return pruned_at
             await asyncio.sleep(0.05)

@@ -447,8 +447,8 @@ async def _prepare(tmp_path: Path, key: str, n: int) -> tuple[str, Path]:
     async with Store(url, SecretBox([key])) as store:
         await store.migrate()
         async with Engine(store, LocalLimiter(SystemClock()), BUILTIN_KINDS) as engine:
-            await engine.add_provider("audit", "file", None, {"path": str(out)})
-            await engine.add_tenant("acme", Limit(25.0, 5.0))
+            await engine.provider_add("audit", "file", None, {"path": str(out)})
+            await engine.tenant_add("acme", Limit(25.0, 5.0))
             items = [
                 EnqueueItem("audit", f"{CANARY}-{i}@example.com", {"i": i}, f"k{i}", 0)
                 for i in range(n)

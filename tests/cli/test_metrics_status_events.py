@@ -24,17 +24,17 @@ def _scrape(snap: Snapshot) -> str:
 
 async def test_an_endpoints_outbox_is_on_the_metrics(make_engine: object) -> None:
     engine: Engine = await make_engine()  # type: ignore[operator]
-    await engine.add_tenant("acme")
-    await engine.add_provider("sim", "simulated")
+    await engine.tenant_add("acme")
+    await engine.provider_add("sim", "simulated")
     before = parse(_scrape(await engine.snapshot(view=METRICS_VIEW)))[0]
     assert not [name for name in before if "status_events" in name or "webhook" in name]
 
     hook = "https://hooks.example.com/omnipost?token=s3cret"
-    made = await engine.add_webhook("acme", hook)
+    made = await engine.webhook_add("acme", hook)
     later = engine.clock.wall() + 3600
     for n in range(3):
         await engine.enqueue("acme", "sim", f"u{n}@example.com", send_at=later)
-    await engine.enable_webhook("acme", made.endpoint.id, False)
+    await engine.webhook_enable("acme", made.endpoint.id, False)
     await engine.enqueue("acme", "sim", "held@example.com", send_at=later)  # not written
     engine._events_read_at = float("-inf")  # read the outbox again now, not 5 s later
     text = _scrape(await engine.snapshot(view=METRICS_VIEW))

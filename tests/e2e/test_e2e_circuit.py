@@ -47,7 +47,7 @@ class WebServerAt(ScriptedServer):
 
 
 async def enqueue(engine: Engine, provider: str) -> list[str]:
-    await engine.add_tenant("acme")
+    await engine.tenant_add("acme")
     keys = [f"order.{n}" for n in range(COUNT)]
     for n, key in enumerate(keys):
         payload = {"subject": f"Order {n}", "text": "hi\n"}
@@ -56,7 +56,7 @@ async def enqueue(engine: Engine, provider: str) -> list[str]:
 
 
 async def circuit(engine: Engine, provider: str) -> CircuitState:
-    return (await engine.provider_health())[provider].state
+    return (await engine.circuit_states())[provider].state
 
 
 async def views(engine: Engine) -> list[NotificationView]:
@@ -77,7 +77,7 @@ async def held_while_down(engine: Engine, provider: str) -> None:
     assert {r.state for r in rows} <= {NotificationState.QUEUED, NotificationState.LEASED}
     assert {r.failures for r in rows} == {0}
     assert await engine.dead() == []
-    health = (await engine.provider_health())[provider]
+    health = (await engine.circuit_states())[provider]
     assert health.failures >= 3
     assert "user" not in health.last_error  # never a recipient
 
@@ -97,10 +97,10 @@ async def test_smtp_without_starttls_keeps_the_notifications_queued(store: Store
         fast_engine(store, concurrency=4, max_attempts=5) as engine,
     ):
         options = {"host": "127.0.0.1", "port": str(mail.port), "from": f"me@{DOMAIN}"}
-        await engine.add_provider("mail", "smtp", options=options)
+        await engine.provider_add("mail", "smtp", options=options)
         await enqueue(engine, "mail")
         await held_while_down(engine, "mail")
-        health = (await engine.provider_health())["mail"]
+        health = (await engine.circuit_states())["mail"]
         assert "STARTTLS extension not supported" in health.last_error
         assert mail.mailbox.received == []
 
@@ -116,7 +116,7 @@ async def test_smtp_server_down_then_up_delivers_each_once(store: Store) -> None
             "timeout_s": "5",
             **FAST_CIRCUIT,
         }
-        await engine.add_provider("mail", "smtp", options=options)
+        await engine.provider_add("mail", "smtp", options=options)
         keys = await enqueue(engine, "mail")
         await held_while_down(engine, "mail")
         async with MailServerAt(port) as mail:
@@ -129,7 +129,7 @@ async def test_webhook_down_then_up_delivers_each_once(store: Store) -> None:
     port = free_port()
     async with fast_engine(store, concurrency=4, max_attempts=2) as engine:
         options = {"url": f"http://127.0.0.1:{port}/hook", "timeout_s": "2", **FAST_CIRCUIT}
-        await engine.add_provider("hook", "webhook", options=options)
+        await engine.provider_add("hook", "webhook", options=options)
         keys = await enqueue(engine, "hook")
         await held_while_down(engine, "hook")
         async with WebServerAt(port) as web:
@@ -154,7 +154,7 @@ async def test_webhook_5xx_run_opens_it_and_recovery_closes_it(store: Store) -> 
         fast_engine(store, concurrency=1, max_attempts=5) as engine,
     ):
         options = {"url": web.url("/hook"), **FAST_CIRCUIT}
-        await engine.add_provider("hook", "webhook", options=options)
+        await engine.provider_add("hook", "webhook", options=options)
         await enqueue(engine, "hook")
         await engine.start()
         assert await engine.run_until_empty(timeout_s=30, poll_s=0.05)

@@ -69,10 +69,10 @@ async def test_every_email_is_delivered_once_through_421s_and_a_550_is_dead(
             "timeout_s": "5",
             "retry_after_s": "0.2",
         }
-        await engine.add_provider("mail", "smtp", options=options)
+        await engine.provider_add("mail", "smtp", options=options)
         expected: dict[str, tuple[str, str]] = {}  # Message-ID -> (tenant, recipient)
         for tenant in TENANTS:
-            await engine.add_tenant(tenant)
+            await engine.tenant_add(tenant)
             items: list[EnqueueItem] = []
             for n in range(PER_TENANT):
                 key = f"order.{tenant}.{n}"

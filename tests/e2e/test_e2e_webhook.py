@@ -143,14 +143,14 @@ async def test_every_notification_is_delivered_once_through_429s_5xx_and_a_400(
         ScriptedServer({"/hook": [receiver]}) as server,
         fast_engine(store, concurrency=CONCURRENCY, max_attempts=MAX_ATTEMPTS) as engine,
     ):
-        await engine.add_provider(
+        await engine.provider_add(
             "hook",
             "webhook",
             options={"url": server.url("/hook"), "timeout_s": "5"},
             secrets={"signing_key": SECRET},
         )
         for tenant in TENANTS:
-            await engine.add_tenant(tenant)
+            await engine.tenant_add(tenant)
             items: list[EnqueueItem] = [
                 EnqueueItem("hook", f"user{n}@{tenant}.example", {"n": n}, key(tenant, n))
                 for n in range(PER_TENANT)
@@ -223,10 +223,10 @@ async def test_a_429_holds_back_every_worker_of_that_provider_only(store: Store)
         ScriptedServer({"/hook": [first_only], "/other": [OK]}) as server,
         fast_engine(store, concurrency=CONCURRENCY, max_attempts=1) as engine,
     ):
-        await engine.add_tenant("acme")
-        await engine.add_provider("hook", "webhook", options={"url": server.url("/hook")})
+        await engine.tenant_add("acme")
+        await engine.provider_add("hook", "webhook", options={"url": server.url("/hook")})
         # 40 sends at 30/s (burst 5) span over a second: some fall inside hook's hold.
-        await engine.add_provider(
+        await engine.provider_add(
             "other", "webhook", Limit(30, 5), options={"url": server.url("/other")}
         )
         items: list[EnqueueItem] = [

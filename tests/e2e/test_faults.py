@@ -231,8 +231,8 @@ async def test_terminated_postgres_connections_heal(
     recorders = Recorders()
     engine = await open_engine(store, {"record": recorders}, fast_settings())
     try:
-        await engine.add_tenant("acme")  # unlimited: the run is paced by the store alone
-        await engine.add_provider("rec", "record")
+        await engine.tenant_add("acme")  # unlimited: the run is paced by the store alone
+        await engine.provider_add("rec", "record")
         keys = [f"term-{n}" for n in range(TERMINATE_COUNT)]
         for start in range(0, TERMINATE_COUNT, 500):
             await engine.enqueue_many("acme", items("rec", keys[start : start + 500]))
@@ -281,8 +281,8 @@ async def test_four_workers_and_a_console_share_one_sqlite_file(
         console = await open_engine(store, BUILTIN_KINDS, EngineSettings())
         try:
             # Paced (in each process) so that the run outlasts the workers' start-up.
-            await console.add_tenant("acme", Limit(200, 20))
-            await console.add_provider("audit", "file", options={"path": str(out)})
+            await console.tenant_add("acme", Limit(200, 20))
+            await console.provider_add("audit", "file", options={"path": str(out)})
             await console.enqueue_many("acme", items("audit", keys[:half]))
 
             env = clean_env(tmp_path, OMNIPOST_DB=url, OMNIPOST_KEYS=key)
@@ -370,10 +370,10 @@ async def hang_world(
     hanging = Hanging()
     quick = Recorders(on_send=lambda: hanging.seen_by_quick.append(hanging.live))
     engine = await open_engine(store, {"hang": hanging, "record": quick}, settings)
-    await engine.add_tenant("acme")
+    await engine.tenant_add("acme")
     # A failed probe would send one of them again: none within a test.
-    await engine.add_provider("stuck", "hang", options={"circuit_backoff_s": "600"})
-    await engine.add_provider("quick", "record")
+    await engine.provider_add("stuck", "hang", options={"circuit_backoff_s": "600"})
+    await engine.provider_add("quick", "record")
     quick_keys = [f"quick-{n}" for n in range(QUICK)]
     await engine.enqueue_many("acme", items("stuck", [f"stuck-{n}" for n in range(STUCK)]))
     await engine.enqueue_many("acme", items("quick", quick_keys))
@@ -392,10 +392,10 @@ async def test_hanging_sends_time_out_while_others_flow(store: Store) -> None:
         await engine.start()
 
         async def held() -> bool:
-            return bool(await engine.held_by_circuits())
+            return bool(await engine.circuit_holds())
 
         await eventually(held, 60, "the stuck ones held by their circuit")
-        [health] = await engine.held_by_circuits()
+        [health] = await engine.circuit_holds()
     finally:
         await engine.close()
     totals = engine.telemetry.totals()  # every outcome written and counted by now

@@ -151,9 +151,9 @@ async def prepare(url: str, key: str, out: Path, plan: Plan) -> None:
     async with Store(url, SecretBox([key])) as store:
         await store.migrate()
         async with Engine(store, LocalLimiter(SystemClock()), BUILTIN_KINDS) as engine:
-            await engine.add_provider(PROVIDER, "file", plan.provider, {"path": str(out)})
+            await engine.provider_add(PROVIDER, "file", plan.provider, {"path": str(out)})
             for name, (limit, n) in plan.tenants.items():
-                await engine.add_tenant(name, limit)
+                await engine.tenant_add(name, limit)
                 await enqueue_numbered(engine, name, PROVIDER, n, chunk=500)
 
 
@@ -499,8 +499,8 @@ async def wake_latency(url: str, *, poll_s: float) -> tuple[float, float]:
         async with Engine(
             store, LocalLimiter(SystemClock()), BUILTIN_KINDS, settings=settings
         ) as e:
-            await e.add_provider("noop", "simulated", None, {"latency_ms": "0"})
-            await e.add_tenant("acme")
+            await e.provider_add("noop", "simulated", None, {"latency_ms": "0"})
+            await e.tenant_add("acme")
             async with (
                 Store(url, box) as other_store,
                 Engine(other_store, LocalLimiter(SystemClock()), BUILTIN_KINDS) as other,

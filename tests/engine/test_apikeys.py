@@ -29,8 +29,8 @@ async def test_a_key_is_shown_once_and_kept_as_a_hash(
     make_engine: EngineFactory, store: Store
 ) -> None:
     engine = await make_engine()
-    await engine.add_tenant("acme")
-    record, key = await engine.create_api_key("acme", name="billing", scope=["send"])
+    await engine.tenant_add("acme")
+    record, key = await engine.api_key_create("acme", name="billing", scope=["send"])
     assert KEY.fullmatch(key), key
     assert key.startswith(record.prefix + "_")
     assert (record.tenant, record.name, record.scope) == ("acme", "billing", ("send",))
@@ -50,29 +50,29 @@ async def test_a_key_is_shown_once_and_kept_as_a_hash(
 
 async def test_checking_a_key(make_engine: EngineFactory) -> None:
     engine = await make_engine()
-    await engine.add_tenant("acme")
-    record, key = await engine.create_api_key("acme")
-    found = await engine.check_api_key(key)
+    await engine.tenant_add("acme")
+    record, key = await engine.api_key_create("acme")
+    found = await engine.api_key_check(key)
     assert found is not None and found.id == record.id and found.scope == ("send", "read")
     [listed] = await engine.api_keys()
     assert listed.last_used_at is not None  # its use is recorded
-    assert await engine.check_api_key(key) is not None  # again at once: not written again
+    assert await engine.api_key_check(key) is not None  # again at once: not written again
     [again] = await engine.api_keys()
     assert again.last_used_at == listed.last_used_at
     wrong_secret = key[:-1] + ("A" if key[-1] != "A" else "B")
     other_prefix = "op_000000000000" + key[15:]
     for bad in (wrong_secret, other_prefix, key + "x", "", "Bearer " + key, key.upper()):
-        assert await engine.check_api_key(bad) is None, bad
-    await engine.revoke_api_key(record.id)
-    assert await engine.check_api_key(key) is None  # revoked: the same answer as unknown
+        assert await engine.api_key_check(bad) is None, bad
+    await engine.api_key_revoke(record.id)
+    assert await engine.api_key_check(key) is None  # revoked: the same answer as unknown
 
 
 async def test_each_tenant_sees_its_own_keys(make_engine: EngineFactory) -> None:
     engine = await make_engine()
     for tenant in ("acme", "globex"):
-        await engine.add_tenant(tenant)
-    mine, _ = await engine.create_api_key("acme")
-    theirs, _ = await engine.create_api_key("globex", scope=("read",))
+        await engine.tenant_add(tenant)
+    mine, _ = await engine.api_key_create("acme")
+    theirs, _ = await engine.api_key_create("globex", scope=("read",))
     assert await engine.api_keys("acme") == [mine]
     assert await engine.api_keys("globex") == [theirs]
     assert [r.id for r in await engine.api_keys()] == [mine.id, theirs.id]
@@ -80,26 +80,26 @@ async def test_each_tenant_sees_its_own_keys(make_engine: EngineFactory) -> None
 
 async def test_bad_input_changes_nothing(make_engine: EngineFactory) -> None:
     engine = await make_engine()
-    await engine.add_tenant("acme")
+    await engine.tenant_add("acme")
     with pytest.raises(NotFound, match="no tenant named 'nobody'"):
-        await engine.create_api_key("nobody")
+        await engine.api_key_create("nobody")
     with pytest.raises(ConfigError, match="unknown scope 'write'"):
-        await engine.create_api_key("acme", scope=["write"])
+        await engine.api_key_create("acme", scope=["write"])
     for nothing in ([], [""], [" ", ""]):
         with pytest.raises(ConfigError, match="give a scope"):
-            await engine.create_api_key("acme", scope=nothing)
+            await engine.api_key_create("acme", scope=nothing)
     with pytest.raises(ConfigError, match="at most 100"):
-        await engine.create_api_key("acme", name="x" * 101)
+        await engine.api_key_create("acme", name="x" * 101)
     with pytest.raises(NotFound, match="no tenant named 'nobody'"):
         await engine.api_keys("nobody")
     with pytest.raises(NotFound, match="no api key 7"):
-        await engine.revoke_api_key(7)
+        await engine.api_key_revoke(7)
     assert await engine.api_keys() == []
-    record, _ = await engine.create_api_key("acme")
-    revoked = await engine.revoke_api_key(record.id)
+    record, _ = await engine.api_key_create("acme")
+    revoked = await engine.api_key_revoke(record.id)
     assert revoked.revoked_at is not None
     with pytest.raises(Conflict, match="already revoked"):
-        await engine.revoke_api_key(record.id)
+        await engine.api_key_revoke(record.id)
     assert [e.action for e in await engine.audit_entries()][:2] == [
         "apikey.revoke",
         "apikey.create",

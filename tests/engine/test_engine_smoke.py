@@ -12,8 +12,8 @@ async def test_engine_drains_through_file_provider(
 ) -> None:
     out = tmp_path / "out.jsonl"
     engine = await make_engine(concurrency=8)
-    await engine.add_tenant("acme", Limit(1000, 50))
-    await engine.add_provider("f", "file", options={"path": str(out)})
+    await engine.tenant_add("acme", Limit(1000, 50))
+    await engine.provider_add("f", "file", options={"path": str(out)})
     for i in range(30):
         await engine.enqueue("acme", "f", f"user{i}@example.com", {"i": i}, key=f"k{i}")
     await engine.start()

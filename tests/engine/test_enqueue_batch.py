@@ -89,8 +89,8 @@ async def test_an_item_refused_is_named_by_its_place_and_field_and_nothing_is_wr
     make_engine: EngineFactory,
 ) -> None:
     engine = await make_engine()
-    await engine.add_tenant("acme")
-    await engine.add_provider("sms", "simulated")
+    await engine.tenant_add("acme")
+    await engine.provider_add("sms", "simulated")
     good = EnqueueItem("sms", "+15550000001", {"text": "hi"}, "k1")
 
     with pytest.raises(ItemRefused) as unknown:

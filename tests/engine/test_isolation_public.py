@@ -39,11 +39,11 @@ class World:
 async def build(make_engine: EngineFactory) -> tuple[Engine, World]:
     """Deliveries run on one engine, which is then stopped; the probes use a second one."""
     runner = await make_engine(concurrency=4)
-    await runner.add_tenant("acme")
-    await runner.add_tenant("beta")
-    await runner.add_provider("sim", "simulated", options={"latency_ms": "0"})
+    await runner.tenant_add("acme")
+    await runner.tenant_add("beta")
+    await runner.provider_add("sim", "simulated", options={"latency_ms": "0"})
     options = {"latency_ms": "0", "permanent_rate": "1"}
-    await runner.add_provider("bounce", "simulated", options=options)
+    await runner.provider_add("bounce", "simulated", options=options)
     await runner.start()
     dead = await runner.enqueue("acme", "bounce", "+15550000001", key="acme-dead")
     delivered = await runner.enqueue("acme", "sim", "+15550000002", key="acme-delivered")
@@ -94,10 +94,10 @@ def probes(engine: Engine, w: World) -> list[tuple[str, Probe, object]]:
         ("delivered", lambda: listed(NotificationState.DELIVERED), []),
         ("dead", lambda: listed(NotificationState.DEAD), [w.beta_dead]),
         ("dead letters", dead, [w.beta_dead]),
-        ("retry a dead one", lambda: engine.retry_dead([w.dead], tenant="beta"), 0),
-        ("retry all ids", lambda: engine.retry_dead(w.acme_ids, tenant="beta"), 0),
-        ("discard a dead one", lambda: engine.discard_dead([w.dead], tenant="beta"), 0),
-        ("discard all ids", lambda: engine.discard_dead(w.acme_ids, tenant="beta"), 0),
+        ("retry a dead one", lambda: engine.dead_retry([w.dead], tenant="beta"), 0),
+        ("retry all ids", lambda: engine.dead_retry(w.acme_ids, tenant="beta"), 0),
+        ("discard a dead one", lambda: engine.dead_discard([w.dead], tenant="beta"), 0),
+        ("discard all ids", lambda: engine.dead_discard(w.acme_ids, tenant="beta"), 0),
     ]
 
 
@@ -115,11 +115,11 @@ async def test_a_tenant_that_does_not_exist_is_refused(make_engine: EngineFactor
     calls: list[Callable[[], Awaitable[object]]] = [
         lambda: engine.notifications("nobody"),
         lambda: engine.dead("nobody"),
-        lambda: engine.retry_dead([world.dead], tenant="nobody"),
-        lambda: engine.discard_dead([world.dead], tenant="nobody"),
+        lambda: engine.dead_retry([world.dead], tenant="nobody"),
+        lambda: engine.dead_discard([world.dead], tenant="nobody"),
         lambda: engine.enqueue("nobody", "sim", "+15550000009", key="shared"),
-        lambda: engine.set_pair_limit("nobody", "sim", Limit(1, 1)),
-        lambda: engine.update_tenant("nobody", enabled=False),
+        lambda: engine.pair_limit_set("nobody", "sim", Limit(1, 1)),
+        lambda: engine.tenant_update("nobody", enabled=False),
     ]
     for n, call in enumerate(calls):
         with pytest.raises(NotFound, match="nobody"):
@@ -142,14 +142,14 @@ async def test_writes_as_one_tenant_touch_only_its_own(make_engine: EngineFactor
     assert mine.duplicate and mine.id == world.queued, "the same key in acme is acme's own"
 
     # "All of beta's" dead letters are beta's only.
-    assert await engine.retry_dead(None, tenant="beta") == 1
-    assert await engine.discard_dead(None, tenant="beta") == 0
+    assert await engine.dead_retry(None, tenant="beta") == 1
+    assert await engine.dead_discard(None, tenant="beta") == 0
     assert [v.id for _, v in await engine.dead("acme")] == [world.dead]
     assert [(t, v.id) for t, v in await engine.dead()] == [("acme", world.dead)]
 
     # Limits and flags set on beta leave acme's alone.
-    await engine.set_pair_limit("beta", "sim", Limit(1, 1))
-    await engine.update_tenant("beta", enabled=False)
+    await engine.pair_limit_set("beta", "sim", Limit(1, 1))
+    await engine.tenant_update("beta", enabled=False)
     acme = next(t for t in await engine.tenants() if t.name == "acme")
     assert acme.enabled and acme.limit is None
     assert [p.tenant for p in await engine.store.config.pair_limits()] == ["beta"]

@@ -17,8 +17,8 @@ COUNT = 8
 
 @pytest.mark.slow
 async def test_a_listing_sees_every_row_once_while_rows_change_state(store: Store) -> None:
-    tenant = await store.config.add_tenant("acme", None, now=1.0, actor="t")
-    provider = await store.config.add_provider("f", "file", None, {}, {}, now=1.0, actor="t")
+    tenant = await store.config.tenant_add("acme", None, now=1.0, actor="t")
+    provider = await store.config.provider_add("f", "file", None, {}, {}, now=1.0, actor="t")
     items = [new_notification(provider.id, f"k{i}") for i in range(COUNT)]
     await store.queue.enqueue(tenant.id, items, now=1.0)
     flipping = True

@@ -34,9 +34,9 @@ R0 = "user0@example.com"  # the recipient of the first notification of `setup`
 async def _two_tenants(engine: Engine) -> None:
     """acme and beta, providers p and q (scripted)."""
     for tenant in ("acme", "beta"):
-        await engine.add_tenant(tenant)
+        await engine.tenant_add(tenant)
     for provider in ("p", "q"):
-        await engine.add_provider(provider, "scripted")
+        await engine.provider_add(provider, "scripted")
 
 
 async def test_a_recipient_the_provider_says_is_gone_is_suppressed_from_then_on(
@@ -83,8 +83,8 @@ async def test_a_gone_answer_records_the_recipient_once(
     first answer): one entry on the list."""
     engine = await engines.open()
     script.answers.extend([GONE, GONE])
-    await engine.add_tenant("acme")
-    await engine.add_provider("p", "scripted")
+    await engine.tenant_add("acme")
+    await engine.provider_add("p", "scripted")
     ids = [(await engine.enqueue("acme", "p", "same", {}, key=f"k{i}")).id for i in range(2)]
     await engine.start()
 
@@ -116,8 +116,8 @@ async def test_operators_add_and_remove_per_tenant_and_provider(
 ) -> None:
     engine = await engines.open()
     await _two_tenants(engine)
-    assert await engine.suppress("acme", "p", ["a@x", "b@x", "a@x"], reason="imported") == 2
-    assert await engine.suppress("acme", "p", ["a@x", "c@x"]) == 1
+    assert await engine.suppression_add("acme", "p", ["a@x", "b@x", "a@x"], reason="imported") == 2
+    assert await engine.suppression_add("acme", "p", ["a@x", "c@x"]) == 1
     listed = await engine.suppressions("acme")
     assert [(e.provider, e.source, e.reason) for e in listed] == [
         ("p", "operator", ""),
@@ -138,18 +138,18 @@ async def test_operators_add_and_remove_per_tenant_and_provider(
     assert not (await engine.enqueue("beta", "p", "a@x", {}, key="b1")).suppressed
     assert await engine.suppressions("beta") == []
 
-    await engine.unsuppress("acme", "p", "a@x")
+    await engine.suppression_remove("acme", "p", "a@x")
     assert not (await engine.enqueue("acme", "p", "a@x", {}, key="5")).suppressed
     with pytest.raises(NotFound, match="not on the tenant's suppression list"):
-        await engine.unsuppress("acme", "p", "a@x")
+        await engine.suppression_remove("acme", "p", "a@x")
     with pytest.raises(NotFound, match="not on the tenant's suppression list"):
-        await engine.unsuppress("beta", "p", "b@x")  # acme's entry, named by beta
+        await engine.suppression_remove("beta", "p", "b@x")  # acme's entry, named by beta
     with pytest.raises(NotFound, match="no provider named"):
-        await engine.suppress("acme", "nope", ["x"])
+        await engine.suppression_add("acme", "nope", ["x"])
     with pytest.raises(ConfigError, match="recipient must not be empty"):
-        await engine.suppress("acme", "p", ["ok", ""])
+        await engine.suppression_add("acme", "p", ["ok", ""])
     with pytest.raises(ConfigError, match="one printable line"):
-        await engine.suppress("acme", "p", ["ok"], reason="two\nlines")
+        await engine.suppression_add("acme", "p", ["ok"], reason="two\nlines")
     assert len(await engine.suppressions("acme")) == 2  # the refused calls added nothing
     # Paged newest first.
     first = await engine.suppressions("acme", limit=1)
@@ -171,14 +171,14 @@ async def test_the_lists_hold_across_a_key_rotation(store_url: str, tmp_path: ob
     async with Store(store_url, SecretBox([old])) as store:
         await store.migrate()
         engine = await _open(store)
-        await engine.add_tenant("acme")
-        await engine.add_provider("p", "file", options={"path": str(tmp_path) + "/out.jsonl"})
-        await engine.suppress("acme", "p", ["a@x"])
+        await engine.tenant_add("acme")
+        await engine.provider_add("p", "file", options={"path": str(tmp_path) + "/out.jsonl"})
+        await engine.suppression_add("acme", "p", ["a@x"])
         await engine.close()
     async with Store(store_url, SecretBox([new, old])) as store:
         engine = await _open(store)
         assert (await engine.enqueue("acme", "p", "a@x", {}, key="before")).suppressed
-        report = await engine.rotate_keys()
+        report = await engine.keys_rotate()
         assert {t.table: t.rewritten for t in report.tables}["suppressions"] == 1
         await engine.close()
     async with Store(store_url, SecretBox([new])) as store:
@@ -186,7 +186,7 @@ async def test_the_lists_hold_across_a_key_rotation(store_url: str, tmp_path: ob
         assert (await engine.enqueue("acme", "p", "a@x", {}, key="after")).suppressed
         [entry] = await engine.suppressions("acme")
         assert entry.recipient_masked == "a***@***"  # read under the new key
-        await engine.unsuppress("acme", "p", "a@x")
+        await engine.suppression_remove("acme", "p", "a@x")
         await engine.close()
 
 
@@ -221,7 +221,7 @@ async def test_what_was_queued_to_a_recipient_is_suppressed_with_it(
     assert len(back) == 4
     await engine.store.queue.release("w", back)
 
-    assert await engine.suppress_counts("acme", "p", ["A@X"], reason="asked") == (1, 3)
+    assert await engine.suppression_add_counts("acme", "p", ["A@X"], reason="asked") == (1, 3)
     views = {v.idempotency_key: v for v in await engine.notifications("acme")}
     assert {k: v.state for k, v in views.items()} == {
         "1": S.SUPPRESSED,
@@ -233,7 +233,7 @@ async def test_what_was_queued_to_a_recipient_is_suppressed_with_it(
     }
     assert views["1"].last_error == SUPPRESSED_DETAIL and views["1"].finished_at is not None
     assert [v.state for v in await engine.notifications("beta")] == [S.QUEUED]
-    assert await engine.suppress_counts("acme", "p", ["a@x"]) == (0, 0)  # nothing left
+    assert await engine.suppression_add_counts("acme", "p", ["a@x"]) == (0, 0)  # nothing left
     counts = {(c.tenant_id, c.state): c.count for c in await engine.store.queue.depth()}
     assert counts[(tenant, S.SUPPRESSED)] == 3
     audit = [a for a in await engine.audit_entries(limit=20) if a.action == "notification.suppress"]
@@ -254,9 +254,9 @@ async def test_retention_forgets_old_entries_and_suppressed_notifications(
 ) -> None:
     engine = await engines.open()
     await _two_tenants(engine)
-    await engine.suppress("acme", "p", ["a@x"])
+    await engine.suppression_add("acme", "p", ["a@x"])
     suppressed = await engine.enqueue("acme", "p", "a@x", {}, key="s")
-    await engine.set_retention(suppressions_s=3600.0, dead_s=7200.0)
+    await engine.retention_set(suppressions_s=3600.0, dead_s=7200.0)
     assert (await engine.prune(dry_run=True)).suppressions == 0
     clock.advance(3601.0)
     report = await engine.prune()
@@ -279,7 +279,7 @@ async def test_a_key_repeated_in_a_batch_is_judged_by_its_first_item(
     is inserted decides whether it is suppressed."""
     engine = await engines.open()
     await _two_tenants(engine)
-    await engine.suppress("acme", "p", ["gone@x"])
+    await engine.suppression_add("acme", "p", ["gone@x"])
     first, second = await engine.enqueue_many(
         "acme", [EnqueueItem("p", "ok@x", {}, "k", 0), EnqueueItem("p", "gone@x", {}, "k", 0)]
     )
@@ -299,15 +299,15 @@ async def test_a_list_holds_under_every_configured_key(store_url: str, tmp_path:
     async with Store(store_url, SecretBox([a])) as store:
         await store.migrate()
         engine = await _open(store)
-        await engine.add_tenant("acme")
-        await engine.add_provider("p", "file", options={"path": str(tmp_path) + "/out.jsonl"})
-        await engine.suppress("acme", "p", ["a@x"])
+        await engine.tenant_add("acme")
+        await engine.provider_add("p", "file", options={"path": str(tmp_path) + "/out.jsonl"})
+        await engine.suppression_add("acme", "p", ["a@x"])
         await engine.close()
     async with Store(store_url, SecretBox([c, b, a])) as store:
         engine = await _open(store)
         assert (await engine.enqueue("acme", "p", "a@x", {}, key="three")).suppressed
-        assert await engine.suppress("acme", "p", ["a@x"]) == 0  # already on it, under A
-        await engine.unsuppress("acme", "p", "a@x")
+        assert await engine.suppression_add("acme", "p", ["a@x"]) == 0  # already on it, under A
+        await engine.suppression_remove("acme", "p", "a@x")
         assert not (await engine.enqueue("acme", "p", "a@x", {}, key="gone")).suppressed
         await engine.close()
 
@@ -327,7 +327,7 @@ async def test_retrying_a_dead_letter_to_a_suppressed_recipient_sends_nothing(
 
     await until(clock, both_dead, what="both dead")
     # Only the other is queued again; the gone one is suppressed, and the audit says both.
-    assert await engine.retry_dead_counts(None, tenant="acme") == (1, 1)
+    assert await engine.dead_retry_counts(None, tenant="acme") == (1, 1)
     [entry] = [e for e in await engine.audit_entries() if e.action == "dead.retry"]
     assert (entry.detail["count"], entry.detail["suppressed"]) == (1, 1)
 
@@ -356,9 +356,9 @@ async def test_a_recipient_is_matched_in_its_usual_forms(
     the same recipient. A device token is matched exactly."""
     engine = await engines.open()
     await _two_tenants(engine)
-    await engine.suppress("acme", "p", [listed])
+    await engine.suppression_add("acme", "p", [listed])
     assert (await engine.enqueue("acme", "p", sent, {}, key="k")).suppressed
-    await engine.suppress("acme", "p", ["AbCdEf0123"])
+    await engine.suppression_add("acme", "p", ["AbCdEf0123"])
     assert not (await engine.enqueue("acme", "p", "abcdef0123", {}, key="t")).suppressed
 
 
@@ -386,9 +386,9 @@ async def test_digests_are_made_only_once_a_tenant_keeps_a_list(
     box = _CountingBox(keys)
     async with Store(store_url, box) as store, Store(store_url, SecretBox(keys)) as elsewhere:
         await store.migrate()
-        tenant = (await store.config.add_tenant("acme", None, now=T0, actor="t")).id
+        tenant = (await store.config.tenant_add("acme", None, now=T0, actor="t")).id
         provider = (
-            await store.config.add_provider("p", "simulated", None, {}, {}, now=T0, actor="t")
+            await store.config.provider_add("p", "simulated", None, {}, {}, now=T0, actor="t")
         ).id
 
         async def enqueue(*names: str) -> list[tuple[str, bool, bool]]:

@@ -52,7 +52,7 @@ def test_an_open_circuit_shows_and_resume_now_closes_it(qtbot: QtBot, tmp_path: 
     }
     with console(qtbot, tmp_path, window=True) as c:
         c.seed()
-        c.run(c.engine.add_provider("hook", "webhook", None, options))
+        c.run(c.engine.provider_add("hook", "webhook", None, options))
         c.run(c.bridge.reload_config())
         for i in range(3):
             c.run(c.engine.enqueue("acme", "hook", f"user{i}@example.com", key=f"k{i}"))
@@ -85,7 +85,7 @@ def test_an_open_circuit_shows_and_resume_now_closes_it(qtbot: QtBot, tmp_path: 
         row_widget = window.circuits._rows["hook"]
         row_widget.button.click()
         c.wait(lambda: not window.circuits.isVisible())
-        health = c.run(c.engine.provider_health())["hook"]
+        health = c.run(c.engine.circuit_states())["hook"]
         assert health.state is CircuitState.CLOSED
         audit = c.run(c.engine.audit_entries())
         assert any(e.action == "provider.resume" for e in audit)

@@ -27,7 +27,7 @@ def test_stop_then_start_keeps_the_limiter(qtbot: QtBot, tmp_path: Path) -> None
         engine = c.engine
         # One token in two seconds: what the bucket holds after the restart is what it held
         # before, give or take the moment the restart took; a refilled one would hold 5.
-        c.run(engine.update_tenant("acme", limit=Limit(0.5, 5)))
+        c.run(engine.tenant_update("acme", limit=Limit(0.5, 5)))
         for i in range(5):
             c.run(engine.enqueue("acme", "sim", f"user{i}@example.com", key=f"k{i}"))
         c.run(c.bridge.start())

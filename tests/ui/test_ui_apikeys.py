@@ -74,7 +74,7 @@ def test_a_key_is_made_shown_once_copied_and_revoked(harness: Console, tmp_path:
     assert record.revoked_at is None
     view.revoke_button.click()
     c.wait(lambda: cells(view) and cells(view)[0][7] != "-")
-    assert c.run(c.engine.check_api_key(key)) is None
+    assert c.run(c.engine.api_key_check(key)) is None
     actions = [e.action for e in c.run(c.engine.audit_entries())]
     assert "apikey.create" in actions and "apikey.revoke" in actions
     assert c.errors == []

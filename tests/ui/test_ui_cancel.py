@@ -60,7 +60,7 @@ def test_a_row_that_is_no_longer_queued_is_said_in_one_sentence(
     with console(qtbot, tmp_path, window=False) as c:
         c.seed()
         first, second = (c.run(c.engine.enqueue("globex", "sim", f"u{i}@x.com")).id for i in (0, 1))
-        c.run(c.engine.cancel("globex", second))
+        c.run(c.engine.notification_cancel("globex", second))
         c.run(c.bridge.cancel_notifications([("globex", first), ("globex", second)]))
         assert c.errors == [
             f"notification {second} is cancelled; only a queued or scheduled notification "

@@ -108,7 +108,7 @@ def test_retrying_a_dead_notification_from_the_table_delivers_it(
         for i in range(3):
             c.run(c.engine.enqueue("globex", "sim", f"user{i}@example.com"))
         c.wait(lambda: sum(d.dead for d in c.run(c.engine.snapshot()).depth) == 3)
-        c.run(c.engine.update_provider("sim", options={"permanent_rate": ""}))  # fixed
+        c.run(c.engine.provider_update("sim", options={"permanent_rate": ""}))  # fixed
 
         queue = window.queue_view
         window.tabs.setCurrentWidget(queue)

@@ -158,7 +158,7 @@ def test_past_a_few_hundred_buckets_the_dashboard_maps_every_fill(
 
         async def drain(tenants: range) -> None:  # as sends would, and told to the telemetry
             for i in tenants:  # half of a bucket that takes 1,000 s to refill
-                await c.engine.update_tenant(tenant_name(i), limit=Limit(0.01, 10))
+                await c.engine.tenant_update(tenant_name(i), limit=Limit(0.01, 10))
             now = c.engine.clock.monotonic()
             for i in tenants:
                 await c.engine.limiter.reserve([BucketKey.for_tenant(tenant_name(i))], 5)

@@ -177,7 +177,7 @@ def test_a_bad_age_is_shown_in_place_and_nothing_is_written(harness: Console, te
 def test_the_engine_refusing_a_window_is_a_visible_sentence(harness: Console) -> None:
     c = harness
     open_view(c)
-    c.run(c.bridge.set_retention({"delivered_s": -5.0}))
+    c.run(c.bridge.retention_set({"delivered_s": -5.0}))
     assert len(c.errors) == 1 and "positive age" in c.errors[0]
     assert c.window is not None and c.window.bar.isVisible()
     assert c.run(c.engine.retention()) == DEFAULT_RETENTION
@@ -187,7 +187,7 @@ def test_a_change_from_elsewhere_keeps_an_edit_under_way(harness: Console) -> No
     c = harness
     view = open_view(c)
     retype(c, view, "dead_s", "45d")
-    c.run(c.engine.set_retention(delivered_s=3600.0))  # another console, say
+    c.run(c.engine.retention_set(delivered_s=3600.0))  # another console, say
     c.run(c.bridge.load_store())
     assert view.edits["delivered_s"].text() == "1h"
     assert view.edits["dead_s"].text() == "45d"
@@ -197,7 +197,7 @@ def test_a_change_from_elsewhere_keeps_an_edit_under_way(harness: Console) -> No
 def finish_some(c: Console) -> None:
     """Six delivered and two dead notifications, then one left queued: the engine stops."""
     c.seed()
-    c.run(c.engine.add_provider("dud", "simulated", None, {"permanent_rate": "1"}))
+    c.run(c.engine.provider_add("dud", "simulated", None, {"permanent_rate": "1"}))
     for i in range(6):
         c.run(c.engine.enqueue("acme", "sim", f"u{i}@example.com"))
     for i in range(2):

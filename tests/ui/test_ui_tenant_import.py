@@ -89,7 +89,7 @@ def test_a_cancelled_dialog_imports_nothing(
     with console(qtbot, tmp_path, window=False) as c:
         c.seed()
         calls: list[object] = []
-        monkeypatch.setattr(c.bridge, "import_tenants", lambda *args: calls.append(args))
+        monkeypatch.setattr(c.bridge, "tenant_import", lambda *args: calls.append(args))
         view = TenantsView(c.bridge)
         qtbot.addWidget(view)
         view.import_button.click()

@@ -134,7 +134,7 @@ def test_providers_view_adds_masks_secrets_and_test_sends(qtbot: QtBot, tmp_path
         assert shown.text() == "" and "saved" in shown.placeholderText()
 
         out = tmp_path / "out.jsonl"
-        c.run(c.engine.add_provider("filed", "file", None, {"path": str(out)}))
+        c.run(c.engine.provider_add("filed", "file", None, {"path": str(out)}))
         c.run(c.bridge.reload_config())
         c.wait(lambda: view.model.rowCount() == 3)
         row = next(r for r in range(3) if view.model.record(r).name == "filed")

@@ -81,7 +81,7 @@ def test_endpoints_are_added_tested_disabled_and_removed(
     assert not any(secret in cell for cell in row)
 
     c.run(c.engine.enqueue("acme", "sim", "a@example.com", send_at=c.engine.clock.wall() + 60))
-    c.run(c.engine.cancel("acme", 1))  # not subscribed to cancellations: no event
+    c.run(c.engine.notification_cancel("acme", 1))  # not subscribed to cancellations: no event
     view.table.selectRow(0)
     view.test_button.click()
     c.wait(lambda: "answered 204" in view.message.text())

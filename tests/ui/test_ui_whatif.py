@@ -435,7 +435,7 @@ def test_bad_input_and_engine_errors_show_a_sentence_in_the_view(
         type_proposal(c, panel, 0, panel.model.RATE, "")
         assert panel.message.text() == ""
 
-        c.run(c.engine.add_tenant("initech"))
+        c.run(c.engine.tenant_add("initech"))
         c.run(c.bridge.reload_config())
         assert c.window is not None
         sim = c.window.simulator

@@ -199,7 +199,7 @@ class ApiKeysView(QWidget):
         elif not scope:
             self.message.setText("Tick send, read or both.")
         else:
-            self.bridge.create_api_key(tenant, self.name.text().strip(), scope)
+            self.bridge.api_key_create(tenant, self.name.text().strip(), scope)
 
     def _revoke(self) -> None:
         rows = self.table.selectionModel().selectedRows()
@@ -215,7 +215,7 @@ class ApiKeysView(QWidget):
             self.revoke_button.setText(f"Revoke {record.prefix} for good?")
             return
         self._reset_confirm()
-        self.bridge.revoke_api_key(record.id, self.tenant.text().strip())
+        self.bridge.api_key_revoke(record.id, self.tenant.text().strip())
 
     def _reset_confirm(self) -> None:
         self._confirming = None

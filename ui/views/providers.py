@@ -258,7 +258,7 @@ class ProvidersView(QWidget):
             self.test_result.setText("Select a provider and give a recipient first.")
             return
         self.test_result.setText(f"Sending a test through {provider}…")
-        self.bridge.test_send(provider, recipient)
+        self.bridge.provider_test_send(provider, recipient)
 
 
 def _pairs_table(headers: tuple[str, str]) -> QTableWidget:

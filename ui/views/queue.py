@@ -186,7 +186,7 @@ class QueueView(QWidget):
             else f"every dead notification{whose}"
         )
         if retry and ids is not None:
-            self.bridge.retry_dead(ids, tenant)  # harmless and undoable: no question
+            self.bridge.dead_retry(ids, tenant)  # harmless and undoable: no question
             return
         verb = "Retry" if retry else "Discard"
         consequence = (
@@ -197,7 +197,7 @@ class QueueView(QWidget):
         self.bar.ask(
             f"{verb} {what}? {consequence}",
             verb,
-            lambda: (self.bridge.retry_dead if retry else self.bridge.discard_dead)(ids, tenant),
+            lambda: (self.bridge.dead_retry if retry else self.bridge.dead_discard)(ids, tenant),
             level="info" if retry else "warn",
         )
 

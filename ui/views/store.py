@@ -82,7 +82,7 @@ class StoreView(QWidget):
         layout.addLayout(boxes)
         layout.addStretch(1)
         bridge.store_changed.connect(self.set_status)
-        bridge.retention_changed.connect(self.set_retention)
+        bridge.retention_changed.connect(self.retention_set)
         bridge.pruned.connect(self.show_pruned)
         self._update()
 
@@ -187,7 +187,7 @@ class StoreView(QWidget):
         self.kept.setText(f"{size.notifications:,}")
         self.last_pruned.setText(fmt_when(status.last_pruned_at))
 
-    def set_retention(self, retention: Retention) -> None:
+    def retention_set(self, retention: Retention) -> None:
         """Show the store's windows; a field the operator is editing keeps its text, unless
         the store now has what it says."""
         old, self._shown = self._shown, retention
@@ -234,7 +234,7 @@ class StoreView(QWidget):
             self.bridge.report_error(exc.message)
             return
         if ages:
-            self.bridge.set_retention(ages)
+            self.bridge.retention_set(ages)
 
     def revert(self) -> None:
         if self._shown is not None:

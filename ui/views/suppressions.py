@@ -235,7 +235,7 @@ class SuppressionsView(QWidget):
             self.remove_button.setText(f"Send to {'it' if n == 1 else f'these {n}'} again?")
             return
         self._reset_confirm()
-        self.bridge.unsuppress_ids(self._shown_for, list(ids), self._filter())
+        self.bridge.suppression_remove_ids(self._shown_for, list(ids), self._filter())
 
     def _filter(self) -> str:
         return str(self.provider_filter.currentData() or "")

@@ -133,14 +133,14 @@ class TenantsView(QWidget):
             lambda t: parse_burst(t) if t.strip() else None, "burst (default: 1 s worth)"
         )
         self.add_button = QPushButton("Add tenant")
-        self.add_button.clicked.connect(self.add_tenant)
-        self.new_name.returnPressed.connect(self.add_tenant)
+        self.add_button.clicked.connect(self.tenant_add)
+        self.new_name.returnPressed.connect(self.tenant_add)
         self.import_button = QPushButton("Import…")
         self.import_button.setToolTip(
             "Add the tenants of a JSON-lines file, as `omnipost tenant import` does: all of "
             "them, or none when a line is bad"
         )
-        self.import_button.clicked.connect(self.import_tenants)
+        self.import_button.clicked.connect(self.tenant_import)
         self.import_update = QCheckBox("update existing")
         self.import_update.setToolTip("Tenants that exist take the file's limits (--update)")
         add_row = QHBoxLayout()
@@ -242,7 +242,7 @@ class TenantsView(QWidget):
             lambda t: parse_burst(t) if t.strip() else None, "burst (default: 1 s worth)"
         )
         self.pair_set = QPushButton("Set")
-        self.pair_set.clicked.connect(self.set_pair_limit)
+        self.pair_set.clicked.connect(self.pair_limit_set)
         self.pair_list = QListWidget()
         self.pair_list.setMaximumHeight(90)
         form = QFormLayout()
@@ -390,7 +390,7 @@ class TenantsView(QWidget):
         if tenant is not None:
             self.bridge.set_tenant_limit(tenant, self.window_limit())
 
-    def add_tenant(self) -> None:
+    def tenant_add(self) -> None:
         name = self.new_name.text().strip()
         try:
             if not name:
@@ -399,18 +399,18 @@ class TenantsView(QWidget):
         except ConfigError as exc:
             self.bridge.report_error(exc.message)
             return
-        self.bridge.add_tenant(name, limit)
+        self.bridge.tenant_add(name, limit)
         self.new_name.clear()
 
-    def import_tenants(self) -> None:
+    def tenant_import(self) -> None:
         """Ask for a JSON-lines file and import it; a bad line is told in the message bar."""
         path, _ = QFileDialog.getOpenFileName(
             self, "Import tenants", "", "JSON lines (*.jsonl *.json *.txt);;All files (*)"
         )
         if path:
-            self.bridge.import_tenants(path, self.import_update.isChecked())
+            self.bridge.tenant_import(path, self.import_update.isChecked())
 
-    def set_pair_limit(self) -> None:
+    def pair_limit_set(self) -> None:
         tenant, provider = self.pair_tenant.currentText(), self.pair_provider.currentText()
         try:
             if not tenant or not provider:
@@ -419,7 +419,7 @@ class TenantsView(QWidget):
         except ConfigError as exc:
             self.bridge.report_error(exc.message)
             return
-        self.bridge.set_pair_limit(tenant, provider, limit)
+        self.bridge.pair_limit_set(tenant, provider, limit)
 
 
 def _name(row: object) -> str:

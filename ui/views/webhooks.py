@@ -98,9 +98,9 @@ class WebhooksView(QWidget):
     def _make_actions(self) -> QHBoxLayout:
         """What can be done to the selected endpoint."""
         self.test_button = QPushButton("Test")
-        self.test_button.clicked.connect(lambda: self._on_selected(self.bridge.test_webhook))
+        self.test_button.clicked.connect(lambda: self._on_selected(self.bridge.webhook_test))
         rotate = QPushButton("Rotate secret")
-        rotate.clicked.connect(lambda: self._on_selected(self.bridge.rotate_webhook_secret))
+        rotate.clicked.connect(lambda: self._on_selected(self.bridge.webhook_secret_rotate))
         self.toggle_button = QPushButton("Disable")
         self.toggle_button.clicked.connect(self._toggle)
         replay = QPushButton("Replay last hour")
@@ -248,7 +248,7 @@ class WebhooksView(QWidget):
             return
         types = [t.strip() for t in self.types.text().split(",") if t.strip()] or None
         self.message.setText("")
-        self.bridge.add_webhook(
+        self.bridge.webhook_add(
             tenant, self.url.text().strip(), types, self.allow_private.isChecked()
         )
 
@@ -265,7 +265,7 @@ class WebhooksView(QWidget):
         if picked is None:
             self.message.setText("Select an endpoint first.")
             return
-        self.bridge.replay_webhook_events(self._tenant, picked.endpoint.id, 3600.0)
+        self.bridge.webhook_events_replay(self._tenant, picked.endpoint.id, 3600.0)
 
     def _remove(self) -> None:
         picked = self._picked()
@@ -278,7 +278,7 @@ class WebhooksView(QWidget):
             return
         self._confirming = None
         self.remove_button.setText("Remove")
-        self.bridge.remove_webhook(self._tenant, picked.endpoint.id)
+        self.bridge.webhook_remove(self._tenant, picked.endpoint.id)
 
     def _copy(self) -> None:
         QGuiApplication.clipboard().setText(self.new_secret.text())

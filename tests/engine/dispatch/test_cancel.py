@@ -61,7 +61,7 @@ async def test_a_cancelled_notification_is_finished_and_never_sent(
 ) -> None:
     engine = await engines.open()
     first, second, third = await setup(engine, 3)
-    cancelled = await engine.cancel("acme", second)
+    cancelled = await engine.notification_cancel("acme", second)
     assert (cancelled.id, cancelled.state) == (second, CANCELLED)
     assert cancelled.finished_at == clock.wall()
     assert cancelled.recipient_masked != "user1@example.com"  # a view: masked
@@ -107,7 +107,7 @@ async def _dead(engine: Engine, nid: int) -> None:
 
 
 async def _cancelled(engine: Engine, nid: int) -> None:
-    await engine.cancel("acme", nid)
+    await engine.notification_cancel("acme", nid)
 
 
 MAKE: dict[NotificationState, Callable[[Engine, int], Awaitable[None]]] = {
@@ -130,7 +130,7 @@ async def test_only_a_queued_notification_can_be_cancelled(
     audited = len(await engine.store.audit.entries())
 
     with pytest.raises(NotCancellable) as raised:
-        await engine.cancel("acme", nid)
+        await engine.notification_cancel("acme", nid)
     assert isinstance(raised.value, Conflict)
     assert raised.value.state is state
     assert raised.value.message == (
@@ -146,16 +146,16 @@ async def test_a_missing_id_and_another_tenants_id_are_the_same_not_found(
 ) -> None:
     engine = await engines.open()
     [mine] = await setup(engine, 1)
-    await engine.add_tenant("beta")
+    await engine.tenant_add("beta")
     queued = (await engine.enqueue("beta", "p", "b1@example.com")).id
     finished = (await engine.enqueue("beta", "p", "b2@example.com")).id
-    await engine.cancel("beta", finished)  # not queued: must not say so to acme either
+    await engine.notification_cancel("beta", finished)  # not queued: must not say so to acme either
     missing = finished + 1000
 
     said: dict[int, str] = {}
     for nid in (queued, finished, missing, 2**64):
         with pytest.raises(NotFound) as raised:
-            await engine.cancel("acme", nid)
+            await engine.notification_cancel("acme", nid)
         assert type(raised.value) is NotFound
         said[nid] = raised.value.message
     assert {nid: text.replace(str(nid), "N") for nid, text in said.items()} == dict.fromkeys(
@@ -168,14 +168,14 @@ async def test_a_missing_id_and_another_tenants_id_are_the_same_not_found(
     assert (await view(engine, mine)).state is QUEUED
 
     with pytest.raises(NotFound, match="no tenant named 'nobody'"):
-        await engine.cancel("nobody", mine)
+        await engine.notification_cancel("nobody", mine)
 
 
 async def test_each_cancel_is_audited(engines: VirtualEngines) -> None:
     engine = await engines.open()
     first, second = await setup(engine, 2)
-    await engine.cancel("acme", second)
-    await engine.cancel("acme", first)
+    await engine.notification_cancel("acme", second)
+    await engine.notification_cancel("acme", first)
     tenant_id, _ = ids_of(engine)
     entries = (await engine.store.audit.entries(limit=2))[::-1]
     assert [(e.actor, e.action, e.tenant_id, e.detail) for e in entries] == [
@@ -198,7 +198,7 @@ async def test_a_key_whose_rows_were_cancelled_neither_spins_nor_holds_up_new_wo
     settings = EngineSettings(dispatch=DispatcherSettings(concurrency=4, poll_s=60.0))
     engine = await engines.open(settings)
     ids = await setup(engine, 5)
-    await engine.update_tenant("acme", limit=Limit(1.0, 1.0))
+    await engine.tenant_update("acme", limit=Limit(1.0, 1.0))
     claims: list[float] = []
     sleeps: list[float] = []
     real_claim = engine.store.queue.claim_many
@@ -212,7 +212,7 @@ async def test_a_key_whose_rows_were_cancelled_neither_spins_nor_holds_up_new_wo
     await engine.start()
     await until(clock, lambda: len(script.calls) == 1, what="the first send")
     for nid in ids[1:]:
-        assert (await engine.cancel("acme", nid)).state is CANCELLED
+        assert (await engine.notification_cancel("acme", nid)).state is CANCELLED
     claims.clear()
     sleeps.clear()
     await clock.sleep(10.0)
@@ -234,8 +234,8 @@ async def test_a_key_whose_rows_were_cancelled_neither_spins_nor_holds_up_new_wo
 async def _cancelled_rows(store: Store, ages_d: Sequence[float]) -> tuple[int, list[int]]:
     """A tenant with one cancelled notification per age (days before T0); its id and theirs."""
     config = store.config
-    tenant = (await config.add_tenant("acme", None, now=T0, actor="test")).id
-    provider = (await config.add_provider("p", "simulated", None, {}, {}, now=T0, actor="t")).id
+    tenant = (await config.tenant_add("acme", None, now=T0, actor="test")).id
+    provider = (await config.provider_add("p", "simulated", None, {}, {}, now=T0, actor="t")).id
     made = await store.queue.enqueue(
         tenant, [new_notification(provider, f"k{i}") for i in range(len(ages_d))], now=T0 - 60 * DAY
     )
@@ -273,7 +273,7 @@ async def test_cancelled_notifications_are_counted(engines: VirtualEngines) -> N
     engine = await engines.open()
     ids = await setup(engine, 3)
     for nid in ids[:2]:
-        await engine.cancel("acme", nid)
+        await engine.notification_cancel("acme", nid)
     assert await engine.store.queue.depth() == await engine.store.queue.recount()
     snap = await engine.snapshot()
     [acme] = snap.depth
@@ -289,7 +289,7 @@ async def test_cancelled_notifications_are_counted(engines: VirtualEngines) -> N
     assert (depth["acme", "queued"], depth["acme", "cancelled"]) == (1, 2)
     listed = await engine.notifications("acme", state=CANCELLED)
     assert [v.id for v in listed] == ids[:2]
-    assert [v.id for v in await engine.newest_notifications(CANCELLED)] == ids[1::-1]
+    assert [v.id for v in await engine.notifications_newest(CANCELLED)] == ids[1::-1]
 
 
 # -- omnipost cancel ---------------------------------------------------------------------------

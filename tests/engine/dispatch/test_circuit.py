@@ -66,7 +66,7 @@ async def test_it_opens_after_three_spends_nothing_and_one_probe_closes_it(
     assert (shown.provider, shown.state, shown.failures) == ("p", OPEN, 3)
     assert shown.last_error == DOWN.detail
     assert shown.since is not None and shown.next_probe_at == shown.since + BACKOFF_S
-    assert (await engine.provider_health())["p"] == shown
+    assert (await engine.circuit_states())["p"] == shown
 
     await engines.until_empty(engine)
     # Three failures, then nothing until the probe after the back-off, then the rest at once.
@@ -77,7 +77,7 @@ async def test_it_opens_after_three_spends_nothing_and_one_probe_closes_it(
         row = await view(engine, nid)
         assert (row.state, row.failures) == (NotificationState.DELIVERED, 0)
     assert await history(engine, ids[0]) == [(1, Outcome.UNAVAILABLE), (2, Outcome.DELIVERED)]
-    health = (await engine.provider_health())["p"]
+    health = (await engine.circuit_states())["p"]
     assert (health.state, health.failures, health.next_probe_at) == (CLOSED, 0, None)
     assert health.last_error == DOWN.detail  # what the last outage was
     assert engine.totals().dead == 0
@@ -97,7 +97,7 @@ async def test_a_failed_probe_opens_it_again_for_twice_as_long(
         assert backoff_s - 1e-6 <= waited_s < backoff_s + SETTLE_S, probes
     assert len(script.calls) == 5 + len(ids)
     assert all(row.failures == 0 for row in await rows(engine, ids))
-    assert (await engine.provider_health())["p"].state is CLOSED
+    assert (await engine.circuit_states())["p"].state is CLOSED
 
 
 async def test_message_level_failures_never_open_it(
@@ -111,7 +111,7 @@ async def test_message_level_failures_never_open_it(
     states = [row.state for row in await rows(engine, ids)]
     assert states == [NotificationState.DEAD] * 5 + [NotificationState.DELIVERED]
     assert max(gaps(script)) < SETTLE_S  # never held back
-    assert (await engine.provider_health())["p"].state is CLOSED
+    assert (await engine.circuit_states())["p"].state is CLOSED
 
 
 async def test_a_run_of_5xx_spends_attempts_until_it_opens_and_none_after(
@@ -139,7 +139,7 @@ async def test_a_success_between_failures_resets_the_run(
     await setup(engine, 3)
     await engine.start()
     await engines.until_empty(engine)
-    assert (await engine.provider_health())["p"].state is CLOSED
+    assert (await engine.circuit_states())["p"].state is CLOSED
     assert max(gaps(script)) < BACKOFF_S + SETTLE_S  # each held one back-off, no probe wait
 
 
@@ -198,7 +198,7 @@ async def test_a_probe_whose_worker_died_is_taken_over_after_its_lease(
     await engines.until_empty(second)
     taken_over_s = script.calls[4].at_s - script.calls[3].at_s
     assert 30.0 - 0.01 <= taken_over_s < 30.0 + SETTLE_S  # the lease began as the probe was taken
-    assert (await second.provider_health())["p"].state is CLOSED
+    assert (await second.circuit_states())["p"].state is CLOSED
     assert all(row.state is NotificationState.DELIVERED for row in await rows(second, ids))
 
 
@@ -211,7 +211,7 @@ async def test_resume_closes_it_now_and_is_audited(
     await engine.start()
     await until(clock, lambda: state(engine) is OPEN, what="an open circuit")
     opened_at = clock.monotonic()
-    resumed = await engine.resume_provider("p", actor="ops@example")
+    resumed = await engine.circuit_close("p", actor="ops@example")
     assert (resumed.provider, resumed.state, resumed.failures) == ("p", CLOSED, 0)
     await engines.until_empty(engine)
     assert clock.monotonic() - opened_at < BACKOFF_S + SETTLE_S  # no wait for a probe
@@ -219,7 +219,7 @@ async def test_resume_closes_it_now_and_is_audited(
     [entry] = [e for e in await engine.audit_entries() if e.action == "provider.resume"]
     assert entry.actor == "ops@example"
     with pytest.raises(NotFound, match="no provider named 'nope'"):
-        await engine.resume_provider("nope", actor="ops")
+        await engine.circuit_close("nope", actor="ops")
 
 
 async def test_circuit_options_set_the_threshold_and_backoff(
@@ -227,8 +227,8 @@ async def test_circuit_options_set_the_threshold_and_backoff(
 ) -> None:
     script.answers.extend([DOWN] * 2)
     engine = await engines.open(one_at_a_time())
-    await engine.add_tenant("acme")
-    await engine.add_provider(
+    await engine.tenant_add("acme")
+    await engine.provider_add(
         "p", "scripted", options={"circuit_failures": "2", "circuit_backoff_s": "1.5"}
     )
     for i in range(3):

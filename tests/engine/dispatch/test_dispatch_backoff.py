@@ -22,7 +22,7 @@ from engine import (
     StoreUnavailable,
 )
 from engine.core.policy import STORE_OUTAGE, WRITE_RETRY
-from engine.store import Completion, DueKey, Share
+from engine.store import Completion, DuePair, Share
 from testkit.scripted import Script, history, setup, view
 from testkit.virtual_time import VirtualEngines, until
 
@@ -123,7 +123,7 @@ async def test_a_send_that_does_not_answer_times_out_and_is_held_without_spendin
     assert (row.state, row.failures) == (NotificationState.DELIVERED, 0)
     totals = engine.totals()
     assert (totals.held, totals.failed, totals.delivered) == (1, 0, 1)
-    health = (await engine.provider_health())["p"]
+    health = (await engine.circuit_states())["p"]
     assert (health.state, health.failures) == (CircuitState.CLOSED, 0)
     tenant_id = engine.directory.tenant_id("acme")
     assert tenant_id is not None
@@ -162,25 +162,25 @@ async def test_a_retry_that_falls_due_while_the_dispatcher_looks_is_not_left_for
     engine = await engines.open(EngineSettings(dispatch=settings))
     script.answers.append(SendResult.transient("503"))
     await setup(engine)
-    real_counts, real_keys = engine.store.queue.queued_counts, engine.store.queue.due_keys
+    real_counts, real_pairs = engine.store.queue.queued_counts, engine.store.queue.due_pairs
 
     async def slow_counts(share: Share | None = None) -> dict[tuple[int, int], int]:
         found = await real_counts(share)
         await engines.clock.sleep(0.2)
         return found
 
-    async def slow_keys(
+    async def slow_pairs(
         now: float,
         tenant_ids: Sequence[int] | None = None,
         *,
-        keys: Sequence[tuple[int, int]] | None = None,
-    ) -> list[DueKey]:
-        found = await real_keys(now, tenant_ids, keys=keys)
+        pairs: Sequence[tuple[int, int]] | None = None,
+    ) -> list[DuePair]:
+        found = await real_pairs(now, tenant_ids, pairs=pairs)
         await engines.clock.sleep(0.2)
         return found
 
     monkeypatch.setattr(engine.store.queue, "queued_counts", slow_counts)
-    monkeypatch.setattr(engine.store.queue, "due_keys", slow_keys)
+    monkeypatch.setattr(engine.store.queue, "due_pairs", slow_pairs)
     await engine.start()
     await engines.until_empty(engine)
 

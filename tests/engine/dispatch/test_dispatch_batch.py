@@ -105,8 +105,8 @@ def settings() -> EngineSettings:
 
 async def drain(engines: VirtualEngines, batch_max: int, n: int, tag: str) -> float:
     engine = await engines.open(settings())
-    await engine.add_tenant(f"big{tag}")
-    await engine.add_provider(f"bulk{tag}", "bulk", options={"batch_max": str(batch_max)})
+    await engine.tenant_add(f"big{tag}")
+    await engine.provider_add(f"bulk{tag}", "bulk", options={"batch_max": str(batch_max)})
     await enqueue_numbered(engine, f"big{tag}", f"bulk{tag}", n)
     await engine.start()
     took_s = await engines.until_empty(engine)
@@ -135,8 +135,8 @@ async def test_a_limited_tenant_keeps_its_envelope_through_batches(
     engines: VirtualEngines, calls: Calls
 ) -> None:
     engine = await engines.open(settings())
-    await engine.add_tenant("paced", Limit(40.0, 10.0))
-    await engine.add_provider("bulk", "bulk", options={"batch_max": "16"})
+    await engine.tenant_add("paced", Limit(40.0, 10.0))
+    await engine.provider_add("bulk", "bulk", options={"batch_max": "16"})
     await enqueue_numbered(engine, "paced", "bulk", 200)
     await engine.start()
     took_s = await engines.until_empty(engine)
@@ -151,8 +151,8 @@ async def test_each_message_of_a_batch_gets_its_own_outcome(
     engines: VirtualEngines, calls: Calls, store: Store
 ) -> None:
     engine = await engines.open(settings())
-    await engine.add_tenant("mixed")
-    await engine.add_provider("bulk", "bulk")
+    await engine.tenant_add("mixed")
+    await engine.provider_add("bulk", "bulk")
     items = [
         EnqueueItem("bulk", f"u{i}@x.example", {"fail": i % 3 == 0}, f"m-{i}", 0) for i in range(30)
     ]

@@ -72,8 +72,8 @@ async def test_real_time_twenty_workers_drain_three_hundred_exactly_once(
         for s in [store, second_store] * 10
     ]
     try:
-        await engines[0].add_tenant("acme")
-        await engines[0].add_provider("f", "file", options={"path": str(out)})
+        await engines[0].tenant_add("acme")
+        await engines[0].provider_add("f", "file", options={"path": str(out)})
         await enqueue_numbered(engines[0], "acme", "f", 300)
         for engine in engines:
             await engine.open()
@@ -110,8 +110,8 @@ async def test_real_time_ten_thousand_across_five_tenants_none_lost_none_twice(
     out = tmp_path / "out.jsonl"
     engine = await make_engine(concurrency=64)
     for tenant in tenants:
-        await engine.add_tenant(tenant)
-    await engine.add_provider("f", "file", options={"path": str(out)})
+        await engine.tenant_add(tenant)
+    await engine.provider_add("f", "file", options={"path": str(out)})
     for tenant in tenants:
         await enqueue_numbered(engine, tenant, "f", per_tenant)
     await engine.start()
@@ -142,9 +142,9 @@ async def test_a_big_backlog_does_not_delay_a_small_tenant(
     burst 5) enqueues 40 and gets them out in what its own rate implies: 35/20 s."""
     big_n, clock = 3000, engines.clock
     engine = await engines.open(EngineSettings(dispatch=DispatcherSettings(concurrency=16)))
-    await engine.add_tenant("big")
-    await engine.add_tenant("small", Limit(20.0, 5.0))
-    await engine.add_provider("sim", "sim", limit=provider_limit)
+    await engine.tenant_add("big")
+    await engine.tenant_add("small", Limit(20.0, 5.0))
+    await engine.provider_add("sim", "sim", limit=provider_limit)
     await enqueue_numbered(engine, "big", "sim", big_n)
     await engine.start()
     await until(clock, lambda: engine.dispatcher.delivered >= 200, what="big under way")

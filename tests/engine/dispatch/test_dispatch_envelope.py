@@ -93,8 +93,8 @@ async def test_a_tenant_limit_holds_over_every_window_of_a_1200_run(
     rate, burst, n = 200.0, 20.0, 1200
     out = tmp_path / "out.jsonl"
     engine = await engines.open(SIXTEEN)
-    await engine.add_tenant("acme", Limit(rate, burst))
-    await engine.add_provider("f", "file", options={"path": str(out)})
+    await engine.tenant_add("acme", Limit(rate, burst))
+    await engine.provider_add("f", "file", options={"path": str(out)})
     await enqueue_numbered(engine, "acme", "f", n)
     await engine.start()
     await engines.until_empty(engine)
@@ -117,8 +117,8 @@ async def test_a_provider_limit_holds_across_tenants(
     out = tmp_path / "out.jsonl"
     engine = await engines.open(SIXTEEN)
     for tenant in ("a", "b"):
-        await engine.add_tenant(tenant)
-    await engine.add_provider("f", "file", limit=Limit(rate, burst), options={"path": str(out)})
+        await engine.tenant_add(tenant)
+    await engine.provider_add("f", "file", limit=Limit(rate, burst), options={"path": str(out)})
     for tenant in ("a", "b"):
         await enqueue_numbered(engine, tenant, "f", per_tenant)
     await engine.start()
@@ -143,9 +143,9 @@ async def test_a_pair_limit_holds_for_its_pair_only(
     out = tmp_path / "out.jsonl"
     engine = await engines.open(SIXTEEN)
     for tenant in ("slow", "free"):
-        await engine.add_tenant(tenant)
-    await engine.add_provider("f", "file", options={"path": str(out)})
-    await engine.set_pair_limit("slow", "f", Limit(rate, burst))
+        await engine.tenant_add(tenant)
+    await engine.provider_add("f", "file", options={"path": str(out)})
+    await engine.pair_limit_set("slow", "f", Limit(rate, burst))
     for tenant in ("slow", "free"):
         await enqueue_numbered(engine, tenant, "f", n)
     await engine.start()
@@ -170,8 +170,8 @@ async def test_real_time_a_tenant_limit_holds_on_the_system_clock(
     rate, burst, n = 200.0, 20.0, 300
     out = tmp_path / "out.jsonl"
     engine = await make_engine(concurrency=16)
-    await engine.add_tenant("acme", Limit(rate, burst))
-    await engine.add_provider("f", "file", options={"path": str(out)})
+    await engine.tenant_add("acme", Limit(rate, burst))
+    await engine.provider_add("f", "file", options={"path": str(out)})
     await enqueue_numbered(engine, "acme", "f", n)
     await engine.start()
     assert await engine.run_until_empty(timeout_s=60)

@@ -150,8 +150,8 @@ def keys_in(path: Path) -> list[str]:
 async def setup(
     engine: Engine, kind: str, n: int, limit: Limit | None = None, **options: str
 ) -> None:
-    await engine.add_tenant("acme", limit)
-    await engine.add_provider("p", kind, options=options)
+    await engine.tenant_add("acme", limit)
+    await engine.provider_add("p", kind, options=options)
     items = [EnqueueItem("p", f"user{i}@example.com", {"i": i}, f"k{i}", 0) for i in range(n)]
     await engine.enqueue_many("acme", items)
 
@@ -206,7 +206,7 @@ async def test_stop_is_safe_to_call_again_and_final(build: Build, tmp_path: Path
 
 async def test_set_concurrency_before_start_leaves_nothing_running(build: Build) -> None:
     engine = await build()
-    engine.set_concurrency(8)
+    engine.concurrency_set(8)
     await engine.close()
     assert live_tasks() == set()
 
@@ -257,18 +257,18 @@ async def test_set_concurrency_resizes_the_pool_of_sends(
         return gauge.peak
 
     assert await peak_reaching(2) == 2
-    engine.set_concurrency(6)
+    engine.concurrency_set(6)
     assert engine.dispatcher.concurrency == 6
     assert await peak_reaching(6) == 6
     sleeps: list[float] = []
     engine.dispatcher.on_wait = sleeps.append
-    engine.set_concurrency(1)
+    engine.concurrency_set(1)
     # A claim under way was sized for 6: let that round end and its sends finish.
     await until(clock, lambda: bool(sleeps), what="a round's end")
     await until(clock, lambda: engine.dispatcher.inflight <= 1, what="one in flight")
     assert await peak_reaching(1) == 1
     with pytest.raises(OmniPostError, match="at least 1"):
-        engine.set_concurrency(0)
+        engine.concurrency_set(0)
     await engine.stop()
     assert live_tasks() == set()
 

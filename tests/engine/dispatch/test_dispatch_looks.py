@@ -22,7 +22,7 @@ from engine import (
     Store,
     TenantSpec,
 )
-from engine.store import DueKey, Share
+from engine.store import DuePair, Share
 from testkit.support import enqueue_numbered
 from testkit.virtual_time import VirtualEngines, latency_kind, until
 
@@ -33,23 +33,23 @@ async def test_a_small_tenants_enqueues_beside_a_backlog_need_no_look_at_every_k
     clock = engines.clock
     settings = EngineSettings(dispatch=DispatcherSettings(concurrency=8, poll_s=60.0))
     engine = await engines.open(settings)
-    await engine.add_tenant("big", Limit(50.0, 5.0))
-    await engine.add_tenant("small")
-    await engine.add_provider("sim", "scripted")
+    await engine.tenant_add("big", Limit(50.0, 5.0))
+    await engine.tenant_add("small")
+    await engine.provider_add("sim", "scripted")
     await enqueue_numbered(engine, "big", "sim", 2000)
-    real = store.queue.due_keys
+    real = store.queue.due_pairs
     looks: list[tuple[tuple[int, int], ...] | None] = []
 
-    async def due_keys(
+    async def due_pairs(
         now: float,
         tenant_ids: Sequence[int] | None = None,
         *,
-        keys: Sequence[tuple[int, int]] | None = None,
-    ) -> list[DueKey]:
-        looks.append(None if keys is None else tuple(keys))
-        return await real(now, tenant_ids, keys=keys)
+        pairs: Sequence[tuple[int, int]] | None = None,
+    ) -> list[DuePair]:
+        looks.append(None if pairs is None else tuple(pairs))
+        return await real(now, tenant_ids, pairs=pairs)
 
-    store.queue.due_keys = due_keys  # type: ignore[method-assign]
+    store.queue.due_pairs = due_pairs  # type: ignore[method-assign]
     await engine.start()
     await until(clock, lambda: engine.dispatcher.delivered >= 20, what="big under way")
     small_id = engine.directory.tenant_id("small")
@@ -87,25 +87,25 @@ async def test_many_small_tenants_cost_looks_and_asks_in_proportion_to_the_sends
     settings = EngineSettings(dispatch=DispatcherSettings(concurrency=16, poll_s=0.5))
     engine = await engines.open(settings)
     tenants = [f"t{i:03d}" for i in range(400)]
-    await engine.import_tenants([TenantSpec(name, Limit(2.0, 1.0)) for name in tenants])
-    await engine.add_provider("sim", "scripted")
+    await engine.tenant_import([TenantSpec(name, Limit(2.0, 1.0)) for name in tenants])
+    await engine.provider_add("sim", "scripted")
     for name in tenants:
         await enqueue_numbered(engine, name, "sim", 3)
     probed: list[int] = []
     counted: list[float] = []
     asks = 0
-    real_keys, real_counts = store.queue.due_keys, store.queue.queued_counts
+    real_pairs, real_counts = store.queue.due_pairs, store.queue.queued_counts
     real_reserve = engine.limiter.reserve
 
-    async def due_keys(
+    async def due_pairs(
         now: float,
         tenant_ids: Sequence[int] | None = None,
         *,
-        keys: Sequence[tuple[int, int]] | None = None,
-    ) -> list[DueKey]:
-        assert keys is not None, "a look at every key"
-        probed.append(len(keys))
-        return await real_keys(now, tenant_ids, keys=keys)
+        pairs: Sequence[tuple[int, int]] | None = None,
+    ) -> list[DuePair]:
+        assert pairs is not None, "a look at every pair"
+        probed.append(len(pairs))
+        return await real_pairs(now, tenant_ids, pairs=pairs)
 
     async def queued_counts(share: Share | None = None) -> dict[tuple[int, int], int]:
         counted.append(clock.monotonic())
@@ -116,7 +116,7 @@ async def test_many_small_tenants_cost_looks_and_asks_in_proportion_to_the_sends
         asks += 1
         return await real_reserve(keys, n)
 
-    monkeypatch.setattr(store.queue, "due_keys", due_keys)
+    monkeypatch.setattr(store.queue, "due_pairs", due_pairs)
     monkeypatch.setattr(store.queue, "queued_counts", queued_counts)
     monkeypatch.setattr(engine.limiter, "reserve", reserve)
     started = clock.monotonic()
@@ -149,8 +149,8 @@ async def _paced_tenants(
     settings = EngineSettings(dispatch=DispatcherSettings(concurrency=concurrency, poll_s=60.0))
     engine = await engines.open(settings)
     names = [f"t{i:04d}" for i in range(tenants)]
-    await engine.import_tenants([TenantSpec(name, limit) for name in names])
-    await engine.add_provider("sim", "lat")
+    await engine.tenant_import([TenantSpec(name, limit) for name in names])
+    await engine.provider_add("sim", "lat")
     for name in names:
         items: list[EnqueueItem] = [
             EnqueueItem("sim", f"{name}@example.com", {}, f"{name}-{j}", 0) for j in range(rows)
@@ -253,8 +253,8 @@ async def test_a_few_deep_backlogs_take_a_turn_each_not_the_small_tenants_turns(
     engine = await engines.open(settings)
     big = [f"big{i:02d}" for i in range(10)]
     small = [f"small{i:03d}" for i in range(300)]
-    await engine.import_tenants([TenantSpec(name, Limit(20.0, 10.0)) for name in [*big, *small]])
-    await engine.add_provider("sim", "lat", Limit(200.0, 50.0))
+    await engine.tenant_import([TenantSpec(name, Limit(20.0, 10.0)) for name in [*big, *small]])
+    await engine.provider_add("sim", "lat", Limit(200.0, 50.0))
     for name in big:
         await enqueue_numbered(engine, name, "sim", 200)
     for name in small:

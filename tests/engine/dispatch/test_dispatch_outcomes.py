@@ -93,7 +93,7 @@ async def test_throttled_requeues_without_spending_an_attempt_and_holds_the_prov
     script.answers.append(SendResult.throttled(retry_after_s, "429 slow down"))
     engine = await engines.open(EngineSettings(dispatch=DispatcherSettings(concurrency=1)))
     first, second = await setup(engine, 2)
-    await engine.update_provider("p", limit=Limit(1000.0, 100.0))
+    await engine.provider_update("p", limit=Limit(1000.0, 100.0))
     await engine.start()
 
     await until(engines.clock, lambda: len(script.calls) >= 1, what="first call")
@@ -130,7 +130,7 @@ async def test_leases_given_back_by_a_throttle_go_out_when_it_ends_not_at_the_ne
     settings = DispatcherSettings(concurrency=1, poll_s=600.0)
     engine = await engines.open(EngineSettings(dispatch=settings))
     await setup(engine, 1)
-    await engine.add_tenant("bravo")
+    await engine.tenant_add("bravo")
     await engine.enqueue_many(
         "bravo", [EnqueueItem("p", f"b{i}@example.com", {}, None, 0) for i in (1, 2)]
     )
@@ -209,7 +209,7 @@ async def test_a_dead_notification_retried_gets_a_fresh_budget_and_is_delivered(
     await engines.until_empty(engine)
     assert [(name, row.id) for name, row in await engine.dead()] == [("acme", nid)]
 
-    assert await engine.retry_dead([nid], tenant="acme") == 1
+    assert await engine.dead_retry([nid], tenant="acme") == 1
     await engines.until_empty(engine)
     row = await view(engine, nid)
     assert (row.state, row.failures, row.attempt) == (NotificationState.DELIVERED, 0, 3)

@@ -80,8 +80,8 @@ async def drain_big(engines: VirtualEngines, prefetch: int | None, n: int) -> tu
     waiting)."""
     engine = await engines.open(settings(prefetch))
     tenant, provider = f"big{prefetch}", f"slow{prefetch}"
-    await engine.add_tenant(tenant)
-    await engine.add_provider(provider, "slow")
+    await engine.tenant_add(tenant)
+    await engine.provider_add(provider, "slow")
     await enqueue_numbered(engine, tenant, provider, n)
     most = 0
     real = engines.store.queue.claim
@@ -132,8 +132,8 @@ async def test_stop_returns_the_leases_waiting_for_a_sender(
     engines: VirtualEngines, store: Store
 ) -> None:
     engine = await engines.open(settings(BATCH))
-    await engine.add_tenant("big")
-    await engine.add_provider("slow", "slow")
+    await engine.tenant_add("big")
+    await engine.provider_add("slow", "slow")
     await enqueue_numbered(engine, "big", "slow", 200)
     await engine.start()
     await until(
@@ -153,9 +153,9 @@ async def test_a_paced_tenant_beside_one_leasing_ahead_keeps_its_pace_and_its_to
     """'small' (20/s, burst 2) beside 'big' (no limit) leasing ahead: small's leases go before
     big's waiting ones, so its tokens do not go stale and it sends at its own rate."""
     engine = await engines.open(settings(BATCH))
-    await engine.add_tenant("big")
-    await engine.add_tenant("small", Limit(20.0, 2.0))
-    await engine.add_provider("slow", "slow")
+    await engine.tenant_add("big")
+    await engine.tenant_add("small", Limit(20.0, 2.0))
+    await engine.provider_add("slow", "slow")
     await enqueue_numbered(engine, "big", "slow", 3000)
     await engine.start()
     await until(engines.clock, lambda: engine.dispatcher.delivered >= 100, what="big under way")
@@ -202,8 +202,8 @@ async def test_a_throttle_returns_the_leases_waiting_for_that_provider(
     script.answers.append(throttled)
     script.answers.extend([slowly] * 400)
     engine = await engines.open(settings(BATCH))
-    await engine.add_tenant("big")
-    await engine.add_provider("p", "scripted")
+    await engine.tenant_add("big")
+    await engine.provider_add("p", "scripted")
     await enqueue_numbered(engine, "big", "p", 100)
     await engine.start()
     await until(clock, lambda: len(script.calls) >= 21, what="the throttled send")

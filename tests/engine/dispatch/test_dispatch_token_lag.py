@@ -107,8 +107,8 @@ async def _run(store: Store, tmp_path: Path, token_lag_s: float) -> tuple[list[f
     out = tmp_path / f"sent-{token_lag_s}.jsonl"
     await engine.open()
     try:
-        await engine.add_tenant("acme", LIMIT)
-        await engine.add_provider("file", "file", options={"path": str(out)})
+        await engine.tenant_add("acme", LIMIT)
+        await engine.provider_add("file", "file", options={"path": str(out)})
         await enqueue_numbered(engine, "acme", "file", COUNT)
         await engine.start()
         await until(clock, lambda: engine.totals().delivered == COUNT, within_s=60)

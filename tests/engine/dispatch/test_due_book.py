@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine.dispatch.due import DueBook, Pair
-from engine.store import DueKey
+from engine.store import DuePair
 
 A1, B1, C1, A2, B2 = (1, 1), (2, 1), (3, 1), (1, 2), (2, 2)
 
@@ -122,7 +122,7 @@ def test_a_drained_key_probed_with_later_rows_is_parked_until_they_fall_due() ->
     book.add(A1, 1)
     book.served(A1, 1, drained=True)
     book.begin_probe()
-    book.probed([A1], [DueKey(1, 1, 0, 500.0, 3)])
+    book.probed([A1], [DuePair(1, 1, 0, 500.0, 3)])
     assert len(book) == 0 and not book.probes and lines(book) == {}
     assert book.next_wait_s(mono=0.0, wall=100.0) == 400.0
     book.wake(mono=0.0, wall=500.0)
@@ -133,11 +133,11 @@ def test_a_drained_key_probed_with_later_rows_is_parked_until_they_fall_due() ->
     ("found", "ready", "parked_until"),
     [
         ([], [], None),  # nothing queued: forgotten
-        ([DueKey(1, 1, 7, 0.0, 7)], [A1], None),  # due rows: ready again
-        ([DueKey(1, 1, 0, 50.0, 1)], [], 50.0),  # only later rows: parked until then
+        ([DuePair(1, 1, 7, 0.0, 7)], [A1], None),  # due rows: ready again
+        ([DuePair(1, 1, 0, 50.0, 1)], [], 50.0),  # only later rows: parked until then
     ],
 )
-def test_probed(found: list[DueKey], ready: list[Pair], parked_until: float | None) -> None:
+def test_probed(found: list[DuePair], ready: list[Pair], parked_until: float | None) -> None:
     book = DueBook(cap=1024)
     book.add(A1, 1)
     book.served(A1, 1, drained=True)

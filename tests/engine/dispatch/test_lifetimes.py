@@ -38,8 +38,8 @@ CANCELLED = NotificationState.CANCELLED
 
 
 async def _acme(engine: Engine) -> None:
-    await engine.add_tenant("acme")
-    await engine.add_provider("p", "scripted")
+    await engine.tenant_add("acme")
+    await engine.provider_add("p", "scripted")
 
 
 async def _state(engine: Engine, nid: int) -> NotificationState:
@@ -95,7 +95,7 @@ async def test_a_scheduled_notification_is_cancelled_and_a_claim_never_sees_it(
     engine = await engines.open()
     await _acme(engine)
     result = await engine.enqueue("acme", "p", "a@example.com", send_at=clock.wall() + 5)
-    cancelled = await engine.cancel("acme", result.id)
+    cancelled = await engine.notification_cancel("acme", result.id)
     assert cancelled.state is CANCELLED
     clock.advance(10)
     promoted = await engine.store.lifetimes.promote(clock.wall())
@@ -121,7 +121,7 @@ async def test_a_cancel_that_loses_to_the_claim_of_a_promoted_row_says_so(
     )
     assert [item.id for item in leased] == [result.id]
     with pytest.raises(NotCancellable) as refused:
-        await engine.cancel("acme", result.id)
+        await engine.notification_cancel("acme", result.id)
     assert refused.value.state is LEASED
 
 
@@ -211,7 +211,7 @@ async def test_rows_nobody_claims_expire_within_seconds_of_their_deadline(
 ) -> None:
     engine = await engines.open()
     await _acme(engine)
-    await engine.update_tenant("acme", enabled=False)  # paused: nobody claims its rows
+    await engine.tenant_update("acme", enabled=False)  # paused: nobody claims its rows
     rows = [await engine.enqueue("acme", "p", f"u{i}@example.com", ttl_s=10) for i in range(3)]
     scheduled = await engine.enqueue(
         "acme", "p", "s@example.com", send_at=clock.wall() + 20, ttl_s=5
@@ -255,11 +255,11 @@ async def test_a_tenants_default_deadline_comes_before_its_providers(
     engines: VirtualEngines, clock: FakeClock
 ) -> None:
     engine = await engines.open()
-    await engine.add_tenant("acme")
-    await engine.add_provider("p", "scripted", options={"default_ttl_s": "300"})
+    await engine.tenant_add("acme")
+    await engine.provider_add("p", "scripted", options={"default_ttl_s": "300"})
     through_provider = await engine.enqueue("acme", "p", "a@example.com")
     assert through_provider.expires_at == clock.wall() + 300
-    await engine.update_tenant("acme", default_ttl_s=60)
+    await engine.tenant_update("acme", default_ttl_s=60)
     through_tenant = await engine.enqueue("acme", "p", "b@example.com")
     assert through_tenant.expires_at == clock.wall() + 60
     own = await engine.enqueue("acme", "p", "c@example.com", ttl_s=5)
@@ -323,7 +323,7 @@ async def test_scheduled_rows_stay_out_of_the_dispatchers_book(
 ) -> None:
     engine = await engines.open(EngineSettings(dispatch=DispatcherSettings(poll_s=0.5)))
     await _acme(engine)
-    await engine.update_tenant("acme", limit=Limit(100, 100))
+    await engine.tenant_update("acme", limit=Limit(100, 100))
     at = clock.wall() + 3600
     items = [EnqueueItem("p", f"u{i}@example.com", {}, send_at=at) for i in range(200)]
     await engine.enqueue_many("acme", items)
@@ -366,7 +366,7 @@ async def test_a_deadline_soon_does_not_make_the_sweep_spin(
     over meanwhile (as when scheduled rows' lead was taken off deadlines too)."""
     engine = await engines.open()
     await _acme(engine)
-    await engine.update_tenant("acme", enabled=False)
+    await engine.tenant_update("acme", enabled=False)
     row = await engine.enqueue("acme", "p", "a@example.com", ttl_s=1.5)
     calls = 0
     sweep = engine.store.lifetimes.expire
@@ -388,7 +388,7 @@ async def test_how_late_scheduled_sends_were_is_in_the_snapshot(
 ) -> None:
     engine = await engines.open()
     await _acme(engine)
-    await engine.update_tenant("acme", limit=Limit(2, 1))
+    await engine.tenant_update("acme", limit=Limit(2, 1))
     at = clock.wall() + 10
     items = [EnqueueItem("p", f"u{i}@example.com", {}, send_at=at) for i in range(4)]
     await engine.enqueue_many("acme", items)
@@ -408,15 +408,15 @@ async def test_the_scheduled_notifications_of_every_tenant_are_listed_soonest_fi
 ) -> None:
     engine = await engines.open()
     await _acme(engine)
-    await engine.add_tenant("beta")
+    await engine.tenant_add("beta")
     later = await engine.enqueue("acme", "p", "a@example.com", send_at=clock.wall() + 60)
     sooner = await engine.enqueue("beta", "p", "b@example.com", send_at=clock.wall() + 30)
     await engine.enqueue("acme", "p", "now@example.com")
-    listed = await engine.newest_notifications(SCHEDULED, limit=10)
+    listed = await engine.notifications_newest(SCHEDULED, limit=10)
     assert {v.id for v in listed} == {later.id, sooner.id}
     assert all(v.state is SCHEDULED for v in listed)
     assert {v.recipient_masked for v in listed}.isdisjoint({"a@example.com", "b@example.com"})
-    everything = await engine.newest_notifications(None, limit=10)
+    everything = await engine.notifications_newest(None, limit=10)
     assert {later.id, sooner.id} <= {v.id for v in everything}
 
 
@@ -434,7 +434,7 @@ async def test_many_rows_due_together_are_queued_as_far_ahead_as_their_promotion
     items = [EnqueueItem("p", f"u{i}@example.com", {}, send_at=at) for i in range(1000)]
     await engine.enqueue_many("acme", items)
     few = await engine.enqueue("acme", "p", "late@example.com", send_at=at + 120)
-    await engine.update_tenant("acme", enabled=False)  # nothing is sent: the states are read
+    await engine.tenant_update("acme", enabled=False)  # nothing is sent: the states are read
     await engine.start()
     await clock.sleep(40 - 15 - 1)
     assert await _scheduled(engine) == 1001

@@ -47,8 +47,8 @@ async def test_stop_then_restart_keeps_the_buckets_and_the_envelope(
     engines: VirtualEngines, clock: FakeClock, script: Script
 ) -> None:
     engine = await engines.open()
-    await engine.add_tenant("acme", Limit(RATE_PER_S, BURST))
-    await engine.add_provider("p", "scripted")
+    await engine.tenant_add("acme", Limit(RATE_PER_S, BURST))
+    await engine.provider_add("p", "scripted")
     await enqueue(engine, 0, 10)
     await engine.start()
     await until(clock, lambda: len(script.calls) == 10, what="the first burst")
@@ -76,10 +76,10 @@ async def test_a_restart_after_stop_keeps_the_concurrency(
     engines: VirtualEngines, clock: FakeClock, script: Script
 ) -> None:
     engine = await engines.open()
-    await engine.add_tenant("acme")
-    await engine.add_provider("p", "scripted")
+    await engine.tenant_add("acme")
+    await engine.provider_add("p", "scripted")
     await engine.start()
-    engine.set_concurrency(3)
+    engine.concurrency_set(3)
     await engine.stop()
     await engine.restart()  # no "open a new one": the same engine goes on
     assert (engine.state, engine.concurrency) == (EngineState.RUNNING, 3)
@@ -92,8 +92,8 @@ async def test_restarting_a_running_engine_stops_it_first(
     engines: VirtualEngines, clock: FakeClock, script: Script
 ) -> None:
     engine = await engines.open()
-    await engine.add_tenant("acme")
-    await engine.add_provider("p", "scripted")
+    await engine.tenant_add("acme")
+    await engine.provider_add("p", "scripted")
     await engine.start()
     first_worker = engine.worker_id
     await engine.restart()
@@ -123,8 +123,8 @@ async def test_restart_keeps_the_redis_buckets(sqlite_store: Store) -> None:
     engine = Engine(sqlite_store, limiter, BUILTIN_KINDS, limiter_backend="redis")
     try:
         await engine.open()
-        await engine.add_tenant("acme", Limit(0.5, 5))  # refills one token in two seconds
-        await engine.add_provider("p", "simulated", None, {"latency_ms": "0"})
+        await engine.tenant_add("acme", Limit(0.5, 5))  # refills one token in two seconds
+        await engine.provider_add("p", "simulated", None, {"latency_ms": "0"})
         await enqueue(engine, 0, 5)
         await engine.start()
         assert await engine.run_until_empty(timeout_s=10.0)

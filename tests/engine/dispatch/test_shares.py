@@ -76,8 +76,8 @@ def test_a_worker_that_leaves_hands_its_tenants_to_the_others() -> None:
 
 
 async def _tenants(engine: Engine, count: int, rows: int) -> None:
-    await engine.import_tenants([TenantSpec(f"t{i:03d}", None) for i in range(count)])
-    await engine.add_provider("p", "scripted")
+    await engine.tenant_import([TenantSpec(f"t{i:03d}", None) for i in range(count)])
+    await engine.provider_add("p", "scripted")
     for i in range(count):
         items: list[EnqueueItem] = [
             EnqueueItem("p", f"u{j}@example.com", {}, None, 0) for j in range(rows)

@@ -60,9 +60,9 @@ async def test_an_endpoint_down_for_ten_minutes_gets_every_event_once_up(
     async with ScriptedServer({"/hook": [answer]}) as receiver:
         engine = await engines.open(EngineSettings(events=CourierSettings()))
         engine.event_post = _busy_post(clock, poster)
-        await engine.add_tenant("acme")
-        await engine.add_provider("p", "scripted")
-        made = await engine.add_webhook("acme", receiver.url("/hook"), allow_private=True)
+        await engine.tenant_add("acme")
+        await engine.provider_add("p", "scripted")
+        made = await engine.webhook_add("acme", receiver.url("/hook"), allow_private=True)
         await engine.start()
         ids = [(await engine.enqueue("acme", "p", f"u{n}@example.com")).id for n in range(20)]
         await engines.until_empty(engine)
@@ -92,9 +92,9 @@ async def test_a_dead_couriers_leases_come_back(
     engines: VirtualEngines, clock: FakeClock, store: Store
 ) -> None:
     engine = await engines.open()
-    await engine.add_tenant("acme")
-    await engine.add_provider("p", "scripted")
-    await engine.add_webhook("acme", "http://127.0.0.1:9/hook", allow_private=True)
+    await engine.tenant_add("acme")
+    await engine.provider_add("p", "scripted")
+    await engine.webhook_add("acme", "http://127.0.0.1:9/hook", allow_private=True)
     await engine.enqueue("acme", "p", "a@example.com", send_at=clock.wall() + 60)
     [taken] = await store.status_events.claim("dead-worker", now=clock.wall(), lease_s=30, limit=5)
     assert await store.status_events.reap(clock.wall()) == 0  # its lease holds
@@ -118,9 +118,9 @@ async def test_an_endpoint_failing_every_try_for_its_time_is_disabled(
             )
         )
         engine.event_post = _busy_post(clock, poster)
-        await engine.add_tenant("acme")
-        await engine.add_provider("p", "scripted")
-        made = await engine.add_webhook("acme", receiver.url("/hook"), allow_private=True)
+        await engine.tenant_add("acme")
+        await engine.provider_add("p", "scripted")
+        made = await engine.webhook_add("acme", receiver.url("/hook"), allow_private=True)
         view_id = made.endpoint.id
         await engine.start()
         await engine.enqueue("acme", "p", "a@example.com", send_at=clock.wall() + 86400)

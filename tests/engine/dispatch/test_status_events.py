@@ -48,8 +48,8 @@ async def engine(store: Store) -> AsyncIterator[Engine]:
     built = Engine(store, LocalLimiter(SystemClock()), factories, settings=settings)
     built.script = script  # type: ignore[attr-defined]
     await built.open()
-    await built.add_tenant("acme")
-    await built.add_provider("p", "scripted")
+    await built.tenant_add("acme")
+    await built.provider_add("p", "scripted")
     yield built
     await built.close()
 
@@ -78,7 +78,7 @@ def types_of(server: ScriptedServer) -> list[str]:
 
 
 async def test_each_event_type_arrives_signed(engine: Engine, receiver: ScriptedServer) -> None:
-    made = await engine.add_webhook("acme", receiver.url("/hook"), allow_private=True)
+    made = await engine.webhook_add("acme", receiver.url("/hook"), allow_private=True)
     assert made.secret.startswith("whsec_")
     script: Script = engine.script  # type: ignore[attr-defined]
     script.answers.extend(
@@ -91,9 +91,9 @@ async def test_each_event_type_arrives_signed(engine: Engine, receiver: Scripted
     later = await engine.enqueue(
         "acme", "p", "carol@example.com", send_at=engine.clock.wall() + 3600
     )
-    await engine.cancel("acme", later.id)
+    await engine.notification_cancel("acme", later.id)
     gone = await engine.enqueue("acme", "p", "dan@example.com", ttl_s=0.001)
-    await engine.suppress("acme", "p", ["erin@example.com"])
+    await engine.suppression_add("acme", "p", ["erin@example.com"])
     suppressed = await engine.enqueue("acme", "p", "erin@example.com")
     want = {
         ok.id: ["notification.attempt_failed", "notification.delivered"],
@@ -130,8 +130,8 @@ async def test_each_event_type_arrives_signed(engine: Engine, receiver: Scripted
 async def test_only_the_subscribed_types_of_the_tenants_own_notifications(
     engine: Engine, receiver: ScriptedServer
 ) -> None:
-    await engine.add_tenant("other")
-    made = await engine.add_webhook(
+    await engine.tenant_add("other")
+    made = await engine.webhook_add(
         "acme",
         receiver.url("/hook"),
         events=["dead", "notification.cancelled"],
@@ -141,7 +141,7 @@ async def test_only_the_subscribed_types_of_the_tenants_own_notifications(
     await engine.enqueue("other", "p", "x@example.com", send_at=engine.clock.wall() + 60)
     await engine.enqueue("acme", "p", "y@example.com")
     later = await engine.enqueue("acme", "p", "z@example.com", send_at=engine.clock.wall() + 60)
-    await engine.cancel("acme", later.id)
+    await engine.notification_cancel("acme", later.id)
     await until(lambda: len(receiver.seen("/hook")) >= 1)
     await engine.run_until_empty(timeout_s=10)
     await asyncio.sleep(0.3)
@@ -153,7 +153,7 @@ async def test_a_failed_post_is_retried_with_the_same_id_and_a_fresh_signature(
     engine: Engine,
 ) -> None:
     async with ScriptedServer({"/hook": [Reply(500), Reply(200)]}) as server:
-        made = await engine.add_webhook("acme", server.url("/hook"), allow_private=True)
+        made = await engine.webhook_add("acme", server.url("/hook"), allow_private=True)
         await engine.start()
         later = await engine.enqueue("acme", "p", "a@example.com", send_at=engine.clock.wall() + 60)
         await until(lambda: len(server.seen("/hook")) == 2)
@@ -168,7 +168,7 @@ async def test_a_failed_post_is_retried_with_the_same_id_and_a_fresh_signature(
 
 async def test_retry_after_is_honoured(engine: Engine) -> None:
     async with ScriptedServer({"/hook": [Reply(429, {"Retry-After": "1"}), Reply(200)]}) as server:
-        await engine.add_webhook("acme", server.url("/hook"), allow_private=True)
+        await engine.webhook_add("acme", server.url("/hook"), allow_private=True)
         await engine.start()
         await engine.enqueue("acme", "p", "a@example.com", send_at=engine.clock.wall() + 60)
         await until(lambda: len(server.seen("/hook")) == 2)
@@ -178,7 +178,7 @@ async def test_retry_after_is_honoured(engine: Engine) -> None:
 
 async def test_a_410_disables_the_endpoint_and_holds_its_events(engine: Engine) -> None:
     async with ScriptedServer({"/hook": [Reply(410), Reply(200)]}) as server:
-        made = await engine.add_webhook("acme", server.url("/hook"), allow_private=True)
+        made = await engine.webhook_add("acme", server.url("/hook"), allow_private=True)
         await engine.start()
         await engine.enqueue("acme", "p", "a@example.com", send_at=engine.clock.wall() + 60)
         await until(lambda: bool(engine.courier and engine.courier.disabled))
@@ -188,7 +188,7 @@ async def test_a_410_disables_the_endpoint_and_holds_its_events(engine: Engine) 
         assert view.health.held == 1
         # New changes write no event while it is disabled; enabled again, the held one goes.
         await engine.enqueue("acme", "p", "b@example.com", send_at=engine.clock.wall() + 60)
-        assert await engine.enable_webhook("acme", made.endpoint.id)
+        assert await engine.webhook_enable("acme", made.endpoint.id)
         await until(lambda: len(server.seen("/hook")) == 2)
         await asyncio.sleep(0.2)
         assert len(server.seen("/hook")) == 2
@@ -199,8 +199,8 @@ async def test_a_410_disables_the_endpoint_and_holds_its_events(engine: Engine) 
 async def test_a_rotation_signs_with_both_secrets_for_the_grace_period(
     engine: Engine, receiver: ScriptedServer
 ) -> None:
-    made = await engine.add_webhook("acme", receiver.url("/hook"), allow_private=True)
-    rotated = await engine.rotate_webhook_secret("acme", made.endpoint.id, grace_s=3600)
+    made = await engine.webhook_add("acme", receiver.url("/hook"), allow_private=True)
+    rotated = await engine.webhook_secret_rotate("acme", made.endpoint.id, grace_s=3600)
     assert rotated.secret != made.secret
     await engine.start()
     await engine.enqueue("acme", "p", "a@example.com", send_at=engine.clock.wall() + 60)
@@ -209,7 +209,7 @@ async def test_a_rotation_signs_with_both_secrets_for_the_grace_period(
     assert len(request.headers["webhook-signature"].split(" ")) == 2
     verified(made.secret, request)
     verified(rotated.secret, request)
-    dropped = await engine.rotate_webhook_secret("acme", made.endpoint.id, grace_s=0)
+    dropped = await engine.webhook_secret_rotate("acme", made.endpoint.id, grace_s=0)
     await engine.enqueue("acme", "p", "b@example.com", send_at=engine.clock.wall() + 60)
     await until(lambda: len(receiver.seen("/hook")) == 2)
     second = receiver.seen("/hook")[1]
@@ -222,14 +222,14 @@ async def test_a_rotation_signs_with_both_secrets_for_the_grace_period(
 async def test_replay_sends_a_tenants_events_again(
     engine: Engine, receiver: ScriptedServer
 ) -> None:
-    made = await engine.add_webhook("acme", receiver.url("/hook"), allow_private=True)
+    made = await engine.webhook_add("acme", receiver.url("/hook"), allow_private=True)
     await engine.start()
     since = engine.clock.wall()
     for n in range(3):
         await engine.enqueue("acme", "p", f"a{n}@example.com", send_at=since + 60)
     await until(lambda: len(receiver.seen("/hook")) == 3)
     await until(lambda: engine.courier is not None and engine.courier.delivered == 3)
-    assert await engine.replay_webhook_events("acme", since=since) == 3
+    assert await engine.webhook_events_replay("acme", since=since) == 3
     await until(lambda: len(receiver.seen("/hook")) == 6)
     ids = [r.headers["webhook-id"] for r in receiver.seen("/hook")]
     assert sorted(ids[:3]) == sorted(ids[3:])
@@ -240,8 +240,8 @@ async def test_replay_sends_a_tenants_events_again(
 async def test_the_test_event_is_signed_and_answered(
     engine: Engine, receiver: ScriptedServer
 ) -> None:
-    made = await engine.add_webhook("acme", receiver.url("/hook"), allow_private=True)
-    answer = await engine.test_webhook("acme", made.endpoint.id)
+    made = await engine.webhook_add("acme", receiver.url("/hook"), allow_private=True)
+    answer = await engine.webhook_test("acme", made.endpoint.id)
     assert (answer.status, answer.ok) == (204, True)
     body = verified(made.secret, receiver.seen("/hook")[0])
     assert body["type"] == "webhook.test"
@@ -262,7 +262,7 @@ async def test_private_addresses_are_refused_unless_allowed(
         "ftp://example.com/",
     ):
         with pytest.raises(ConfigError):
-            await engine.add_webhook("acme", url)
+            await engine.webhook_add("acme", url)
     assert await engine.webhooks("acme") == []
 
 
@@ -282,11 +282,11 @@ async def test_an_address_found_by_dns_is_checked_before_connecting(store: Store
 async def test_removing_an_endpoint_takes_its_events(
     engine: Engine, receiver: ScriptedServer
 ) -> None:
-    made = await engine.add_webhook("acme", receiver.url("/hook"), allow_private=True)
+    made = await engine.webhook_add("acme", receiver.url("/hook"), allow_private=True)
     await engine.enqueue("acme", "p", "a@example.com", send_at=engine.clock.wall() + 60)
     [view] = await engine.webhooks("acme")
     assert view.health.pending == 1
-    await engine.remove_webhook("acme", made.endpoint.id)
+    await engine.webhook_remove("acme", made.endpoint.id)
     assert await engine.webhooks("acme") == []
     assert await engine.webhook_events("acme") == []
 
@@ -294,7 +294,7 @@ async def test_removing_an_endpoint_takes_its_events(
 async def test_retention_prunes_the_events_sent_or_given_up_and_keeps_the_rest(
     engine: Engine, store: Store, receiver: ScriptedServer
 ) -> None:
-    await engine.add_webhook("acme", receiver.url("/hook"), allow_private=True)
+    await engine.webhook_add("acme", receiver.url("/hook"), allow_private=True)
     await engine.start()
     for n in range(3):
         await engine.enqueue("acme", "p", f"a{n}@example.com", send_at=engine.clock.wall() + 60)
@@ -311,9 +311,9 @@ async def test_retention_prunes_the_events_sent_or_given_up_and_keeps_the_rest(
 async def test_key_rotation_re_encrypts_the_signing_secrets(
     engine: Engine, store: Store, receiver: ScriptedServer
 ) -> None:
-    made = await engine.add_webhook("acme", receiver.url("/hook"), allow_private=True)
-    await engine.rotate_webhook_secret("acme", made.endpoint.id)
-    checked = await engine.rotate_keys(dry_run=True)
+    made = await engine.webhook_add("acme", receiver.url("/hook"), allow_private=True)
+    await engine.webhook_secret_rotate("acme", made.endpoint.id)
+    checked = await engine.keys_rotate(dry_run=True)
     by_table = {t.table: t.checked for t in checked.tables}
     assert by_table["event_endpoints"] == 1
     assert by_table["event_endpoints (old secrets)"] == 1
@@ -325,7 +325,7 @@ async def test_an_endpoint_gets_its_events_within_its_own_envelope(
     """Its bucket, not the tenant's or a provider's: 30 events to an endpoint at 10/s, burst 3,
     arrive at the receiver within ``burst + rate * (W + 0.02) + 1`` in every window, and close
     to it (they were all due at once)."""
-    await engine.add_webhook(
+    await engine.webhook_add(
         "acme", receiver.url("/hook"), allow_private=True, rate_per_s=10, burst=3
     )
     await engine.start()

@@ -58,9 +58,9 @@ async def test_a_plan_predicts_the_real_drain_and_wait_of_each_tenant(store: Sto
     engine = Engine(store, LocalLimiter(SystemClock()), BUILTIN_KINDS, settings=settings)
     await engine.open()
     try:
-        await engine.add_provider("sim", "simulated", PROVIDER, OPTIONS)
+        await engine.provider_add("sim", "simulated", PROVIDER, OPTIONS)
         for name, (limit, count) in BURST.items():
-            await engine.add_tenant(name, limit)
+            await engine.tenant_add(name, limit)
             await enqueue_numbered(engine, name, "sim", count)
         queued = await store.queue.backlog()
         report = await engine.plan(BacklogTraffic())
@@ -97,8 +97,8 @@ async def test_a_plan_predicts_how_many_codes_expire_behind_a_burst(store: Store
     engine = Engine(store, LocalLimiter(SystemClock()), BUILTIN_KINDS, settings=settings)
     await engine.open()
     try:
-        await engine.add_provider("sim", "simulated", None, {"latency_ms": "5"})
-        await engine.add_tenant("acme", Limit(10, 1))
+        await engine.provider_add("sim", "simulated", None, {"latency_ms": "5"})
+        await engine.tenant_add("acme", Limit(10, 1))
         await enqueue_numbered(engine, "acme", "sim", 50)
         codes = [
             EnqueueItem("sim", f"code{i}@acme.example", {"code": i}, f"code-{i}", 0)._replace(

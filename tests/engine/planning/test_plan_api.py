@@ -38,9 +38,9 @@ async def _counts(store: Store) -> tuple[object, ...]:
 
 async def test_the_backlog_is_planned_from_the_kept_counts(make_engine: EngineFactory) -> None:
     engine = await make_engine()
-    await engine.add_tenant("acme", Limit(20, 1))
-    await engine.add_tenant("zeta")
-    await engine.add_provider("sim", "simulated", options={"latency_ms": "1"})
+    await engine.tenant_add("acme", Limit(20, 1))
+    await engine.tenant_add("zeta")
+    await engine.provider_add("sim", "simulated", options={"latency_ms": "1"})
     await engine.enqueue_many(
         "acme", [EnqueueItem("sim", f"a{i}@x", {}, None, 0) for i in range(41)]
     )
@@ -76,8 +76,8 @@ async def test_a_replay_keeps_the_enqueues_spacing_at_its_speed(store: Store) ->
     engine = Engine(store, LocalLimiter(clock), BUILTIN_KINDS, clock=clock)
     await engine.open()
     try:
-        await engine.add_tenant("acme")
-        await engine.add_provider("sim", "simulated", options={"latency_ms": "1"})
+        await engine.tenant_add("acme")
+        await engine.provider_add("sim", "simulated", options={"latency_ms": "1"})
         await engine.enqueue_many(
             "acme", [EnqueueItem("sim", f"old{i}@x", {}, None, 0) for i in range(3)]
         )
@@ -106,9 +106,9 @@ async def test_real_providers_are_modelled_on_their_recent_sends(
     make_engine: EngineFactory, tmp_path: Path
 ) -> None:
     engine = await make_engine()
-    await engine.add_tenant("acme")
-    await engine.add_provider("out", "file", options={"path": str(tmp_path / "out.jsonl")})
-    await engine.add_provider("sim", "simulated", options={"latency_ms": "42", "seed": "3"})
+    await engine.tenant_add("acme")
+    await engine.provider_add("out", "file", options={"path": str(tmp_path / "out.jsonl")})
+    await engine.provider_add("sim", "simulated", options={"latency_ms": "42", "seed": "3"})
     setup = await engine.plan_setup()
     assert setup.models["out"].source.startswith("assumed (only 0 recent sends")
     assert (setup.models["sim"].latency_ms, setup.models["sim"].source) == (42.0, "options")
@@ -138,7 +138,7 @@ async def test_sms_and_push_providers_are_planned_as_any_real_provider(
     """Nothing is sent: the plan models the provider (assumed until it has sent) and paces the
     burst at its limit."""
     engine = await make_engine()
-    await engine.add_tenant("acme")
+    await engine.tenant_add("acme")
     if secrets is None:  # apns: a real P-256 key, as the kind checks it when it is configured
         from cryptography.hazmat.primitives import serialization
         from cryptography.hazmat.primitives.asymmetric import ec
@@ -149,7 +149,7 @@ async def test_sms_and_push_providers_are_planned_as_any_real_provider(
             serialization.NoEncryption(),
         )
         secrets = {"signing_key": pem.decode()}
-    await engine.add_provider("out", kind, Limit(10, 10), options, secrets)
+    await engine.provider_add("out", kind, Limit(10, 10), options, secrets)
     setup = await engine.plan_setup()
     assert setup.models["out"].source.startswith("assumed (only 0 recent sends")
     report = await engine.plan(BurstTraffic(("acme",), "out", 100))
@@ -160,8 +160,8 @@ async def test_sms_and_push_providers_are_planned_as_any_real_provider(
 
 async def test_a_plan_refuses_what_it_cannot_plan(make_engine: EngineFactory) -> None:
     engine = await make_engine()
-    await engine.add_tenant("acme")
-    await engine.add_provider("sim", "simulated")
+    await engine.tenant_add("acme")
+    await engine.provider_add("sim", "simulated")
     with pytest.raises(NotFound, match="no provider named 'fax'"):
         await engine.plan(BurstTraffic(("acme",), "fax", 10))
     with pytest.raises(NotFound, match="no tenant named 'nobody'"):

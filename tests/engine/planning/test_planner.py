@@ -93,7 +93,7 @@ async def test_the_memory_queue_claims_by_priority_then_age_and_fences_completio
     queue = MemoryQueue(ledger, max_attempts=3)
     queue.add(1, 1, 3, now=0.0)
     queue.add(1, 1, 2, now=0.0, priority=5)
-    [due] = await queue.due_keys(0.0, [1])
+    [due] = await queue.due_pairs(0.0, [1])
     assert (due.due, due.next_available_at) == (5, 0.0)
     first = await queue.claim(1, 1, 3, owner="w", lease_s=30, now=0.0)
     assert [item.id for item in first] == [1, 4, 5]  # the two urgent ones, then the oldest
@@ -134,7 +134,7 @@ async def test_a_retry_waits_in_the_memory_queue_until_it_falls_due() -> None:
     [item] = await queue.claim(2, 7, 1, owner="w", lease_s=30, now=0.0)
     retry = _complete(item, NotificationState.QUEUED, at=0.5, available_at=3.0, spend_attempt=True)
     assert await queue.complete([retry], worker="w") == [True]
-    [later] = await queue.due_keys(1.0)
+    [later] = await queue.due_pairs(1.0)
     assert (later.due, later.next_available_at) == (0, 3.0)
     assert await queue.claim(2, 7, 1, owner="w", lease_s=30, now=2.9) == []
     [again] = await queue.claim(2, 7, 1, owner="w", lease_s=30, now=3.0)
@@ -142,7 +142,7 @@ async def test_a_retry_waits_in_the_memory_queue_until_it_falls_due() -> None:
     dead = _complete(again, NotificationState.DEAD, at=3.5)
     await queue.complete([dead], worker="w")
     assert (ledger.tenant(2).dead, ledger.tenant(2).delivered, ledger.outstanding) == (1, 0, 0)
-    assert await queue.due_keys(4.0) == []
+    assert await queue.due_pairs(4.0) == []
 
 
 def test_the_virtual_loop_moves_time_only_to_the_next_timer() -> None:

@@ -183,7 +183,7 @@ async def test_pushes_go_through_an_engine(store: Store, tmp_path: Path) -> None
         serving(apple, tmp_path) as (url, ca),
         fast_engine(store, concurrency=2, max_attempts=3) as engine,
     ):
-        await engine.add_tenant("acme")
+        await engine.tenant_add("acme")
         options = {
             "team_id": TEAM,
             "key_id": KEY_ID,
@@ -191,7 +191,7 @@ async def test_pushes_go_through_an_engine(store: Store, tmp_path: Path) -> None
             "base_url": url,
             "ca_file": str(ca),
         }
-        await engine.add_provider("ios", "apns", options=options, secrets={"signing_key": PEM})
+        await engine.provider_add("ios", "apns", options=options, secrets={"signing_key": PEM})
         for n in range(3):
             await engine.enqueue("acme", "ios", f"{n:064x}", {"title": f"hi {n}"})
         dead_one = await engine.enqueue("acme", "ios", gone, {"title": "bye"})

@@ -209,13 +209,13 @@ async def test_pushes_go_through_an_engine(store: Store) -> None:
         fast_engine(store, concurrency=4, max_attempts=3) as engine,
     ):
         google.audience = server.url("/token")
-        await engine.add_tenant("acme")
+        await engine.tenant_add("acme")
         options = {
             "project_id": "demo-project",
             "base_url": server.url(""),
             "token_url": server.url("/token"),
         }
-        await engine.add_provider(
+        await engine.provider_add(
             "push", "fcm", options=options, secrets={"service_account": ACCOUNT}
         )
         for n in range(4):

@@ -156,9 +156,9 @@ async def test_messages_go_through_an_engine(store: Store) -> None:
         ScriptedServer({PATH: [flaky]}) as server,
         fast_engine(store, concurrency=4, max_attempts=3) as engine,
     ):
-        await engine.add_tenant("acme")
+        await engine.tenant_add("acme")
         config = _config(server)
-        await engine.add_provider(
+        await engine.provider_add(
             "sms", "twilio", options=dict(config.options), secrets=dict(config.secrets)
         )
         for n in range(5):

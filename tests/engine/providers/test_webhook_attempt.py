@@ -30,12 +30,12 @@ async def test_the_attempt_counts_deliveries_not_claims(store: Store) -> None:
         ScriptedServer(dict(PLANS)) as server,
         fast_engine(store, concurrency=4, max_attempts=MAX_ATTEMPTS) as engine,
     ):
-        await engine.add_tenant("acme")
+        await engine.tenant_add("acme")
         for path in PLANS:
             name = path.strip("/")
             # No circuit opens here: this is about one notification's attempts.
             options = {"url": server.url(path), "circuit_failures": "1000"}
-            await engine.add_provider(name, "webhook", options=options)
+            await engine.provider_add(name, "webhook", options=options)
             await engine.enqueue("acme", name, f"{name}@example.com", key=name)
         await engine.start()
         assert await engine.run_until_empty(timeout_s=20, poll_s=0.05)

@@ -133,9 +133,9 @@ async def reap(w: World) -> None:
     assert await w.store.queue.reap(T0 + 10) == 4
 
 
-async def retry_dead(w: World) -> None:
+async def dead_retry(w: World) -> None:
     tenant, _ = w.acme_sms
-    assert await w.store.queue.retry_dead(tenant, None, now=T0 + 20) == 1
+    assert await w.store.queue.dead_retry(tenant, None, now=T0 + 20) == 1
 
 
 async def kill_two(w: World) -> None:
@@ -144,10 +144,10 @@ async def kill_two(w: World) -> None:
     await w.complete(*(done(item, DEAD) for item in w.leases["three"]))
 
 
-async def discard_dead(w: World) -> None:
+async def dead_discard(w: World) -> None:
     tenant, _ = w.beta_sms
     first, _ = w.leases["three"]
-    assert await w.store.queue.discard_dead(tenant, [first.id]) == 1
+    assert await w.store.queue.dead_discard(tenant, [first.id]) == 1
 
 
 async def prune(w: World) -> None:
@@ -167,9 +167,9 @@ STEPS: list[tuple[Step, tuple[int, int, int, int]]] = [
     (release, (8, 0, 3, 1)),
     (claim_short, (4, 4, 3, 1)),
     (reap, (8, 0, 3, 1)),
-    (retry_dead, (9, 0, 3, 0)),
+    (dead_retry, (9, 0, 3, 0)),
     (kill_two, (7, 0, 3, 2)),
-    (discard_dead, (7, 0, 3, 1)),
+    (dead_discard, (7, 0, 3, 1)),
     (prune, (7, 0, 0, 0)),
 ]
 
@@ -287,7 +287,7 @@ async def _hot_paths(store: Store, tenant: int, provider: int) -> dict[str, list
         return result
 
     now = T0
-    await run("due_keys", store.queue.due_keys(now))
+    await run("due_pairs", store.queue.due_pairs(now))
     await run("depth", store.queue.depth())
     await run(
         "enqueue",

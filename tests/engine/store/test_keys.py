@@ -320,8 +320,8 @@ async def filled(url: str, n: int, out: Path, *, limit: Limit | None = None) -> 
     async with Store(url, SecretBox([OLD])) as store:
         await store.migrate()
         async with Engine(store, LocalLimiter(SystemClock()), BUILTIN_KINDS) as engine:
-            await engine.add_tenant("acme", limit)
-            await engine.add_provider("f", "file", options={"path": str(out)})
+            await engine.tenant_add("acme", limit)
+            await engine.provider_add("f", "file", options={"path": str(out)})
             await enqueue_numbered(engine, "acme", "f", n)
 
 
@@ -329,7 +329,7 @@ async def rotate(url: str, keys: list[str], **kwargs: Any) -> Any:
     async with Store(url, SecretBox(keys)) as store:
         engine = Engine(store, LocalLimiter(SystemClock()), BUILTIN_KINDS)
         try:
-            return await engine.rotate_keys(**kwargs)
+            return await engine.keys_rotate(**kwargs)
         finally:
             await engine.close()
 
@@ -363,8 +363,8 @@ async def test_a_batch_with_an_unreadable_row_is_not_written(store_url: str) -> 
     was, the batches before it are done."""
     async with Store(store_url, SecretBox([OLD])) as store:
         await store.migrate()
-        tenant = await store.config.add_tenant("acme", None, now=1.0, actor="t")
-        provider = await store.config.add_provider("f", "file", None, {}, {}, now=1.0, actor="t")
+        tenant = await store.config.tenant_add("acme", None, now=1.0, actor="t")
+        provider = await store.config.provider_add("f", "file", None, {}, {}, now=1.0, actor="t")
     order = [OLD, OLD, OLD, THIRD, OLD, OLD]
     for n, key in enumerate(order):
         async with Store(store_url, SecretBox([key])) as store:

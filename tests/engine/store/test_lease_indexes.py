@@ -38,8 +38,8 @@ async def store_with_history(url: str, box: SecretBox) -> None:
     """3,000 notifications: 2,560 delivered, 32 leased to OWNER, the rest queued."""
     async with Store(url, box) as store:
         await store.migrate()
-        tenant = await store.config.add_tenant("acme", None, now=T0, actor="test")
-        provider = await store.config.add_provider(
+        tenant = await store.config.tenant_add("acme", None, now=T0, actor="test")
+        provider = await store.config.provider_add(
             "p", "simulated", None, {}, {}, now=T0, actor="test"
         )
         items = [new_notification(provider.id, f"k{i}") for i in range(3_000)]

@@ -120,7 +120,7 @@ async def test_migrating_twice_is_a_no_op(store_url: str, box: SecretBox) -> Non
     async with Store(store_url, box) as store:
         assert await store.revision() is None
         assert await store.migrate() == HEAD
-        await store.config.add_tenant("acme", None, now=0.0, actor="t")
+        await store.config.tenant_add("acme", None, now=0.0, actor="t")
         tables = await _table_names(store_url)
         assert tables == {*metadata.tables, "alembic_version"}
 

@@ -83,8 +83,8 @@ async def test_the_acknowledgement_reads_its_leases_by_primary_key(
 ) -> None:
     async with Store(pg_url, box) as store:
         await store.migrate()
-        tenant = await store.config.add_tenant("acme", None, now=T0, actor="test")
-        provider = await store.config.add_provider(
+        tenant = await store.config.tenant_add("acme", None, now=T0, actor="test")
+        provider = await store.config.provider_add(
             "p", "simulated", None, {}, {}, now=T0, actor="test"
         )
         items = [new_notification(provider.id, f"k{i}") for i in range(2_000)]

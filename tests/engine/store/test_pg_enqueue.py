@@ -28,8 +28,8 @@ def dsn(url: str) -> str:
 
 async def setup(store: Store) -> tuple[int, int]:
     await store.migrate()
-    tenant = await store.config.add_tenant("acme", None, now=T0, actor="test")
-    provider = await store.config.add_provider("p", "simulated", None, {}, {}, now=T0, actor="test")
+    tenant = await store.config.tenant_add("acme", None, now=T0, actor="test")
+    provider = await store.config.provider_add("p", "simulated", None, {}, {}, now=T0, actor="test")
     return tenant.id, provider.id
 
 
@@ -109,7 +109,7 @@ async def test_a_batch_alike_or_not_stores_each_row_as_given(
     own values, in order."""
     async with Store(pg_url, box) as store:
         tenant, provider = await setup(store)
-        other = await store.config.add_provider("q", "simulated", None, {}, {}, now=T0, actor="t")
+        other = await store.config.provider_add("q", "simulated", None, {}, {}, now=T0, actor="t")
         items = []
         for n in range(6):
             odd = n % 2 == 1

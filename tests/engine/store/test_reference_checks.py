@@ -29,8 +29,8 @@ Sql = Callable[[str], Awaitable[None]]
 
 async def populated(store: Store) -> tuple[int, int]:
     """A store with one tenant, one provider and one notification of theirs."""
-    tenant = await store.config.add_tenant("acme", None, now=T0, actor="test")
-    provider = await store.config.add_provider("sms", "simulated", None, {}, {}, now=T0, actor="t")
+    tenant = await store.config.tenant_add("acme", None, now=T0, actor="test")
+    provider = await store.config.provider_add("sms", "simulated", None, {}, {}, now=T0, actor="t")
     await store.queue.enqueue(tenant.id, [new_notification(provider.id, "k0")], now=T0)
     return tenant.id, provider.id
 
@@ -97,7 +97,7 @@ async def test_unreferenced_tenants_and_providers_can_go(store_url: str, box: Se
     async with Store(store_url, box) as store:
         await store.migrate()
         await populated(store)
-        await store.config.add_tenant("idle", None, now=T0, actor="test")
+        await store.config.tenant_add("idle", None, now=T0, actor="test")
     run = sql_on(store_url)
     await run("DELETE FROM tenants WHERE name = 'idle'")
     await run("UPDATE notifications SET priority = 5")  # no reference changed: not checked

@@ -450,12 +450,12 @@ async def test_retention_set_anywhere_reaches_running_engines_and_survives_resta
             await engine_a.start()
 
             async def passed() -> bool:
-                return await engine_b.last_pruned_at() is not None
+                return await engine_b.pruned_at() is not None
 
             await eventually(passed, 15.0, "a background pass")
             assert await ids(store_a, notifications) == set(old) | set(young), "default: 7 days"
 
-            assert await engine_b.set_retention(delivered_s=HOUR) == Retention(delivered_s=HOUR)
+            assert await engine_b.retention_set(delivered_s=HOUR) == Retention(delivered_s=HOUR)
 
             async def pruned() -> bool:
                 return await ids(store_b, notifications) == set(young)
@@ -485,10 +485,10 @@ async def test_set_retention_refuses_unknown_windows_and_bad_ages(store: Store) 
     try:
         for bad in ({"kept_s": HOUR}, {"dead_s": -1.0}, {"log_s": float("nan")}):
             with pytest.raises(ConfigError):
-                await engine.set_retention(**bad)
+                await engine.retention_set(**bad)
         assert await engine.retention() == Retention()
-        assert await engine.set_retention(audit_s=None) == Retention(audit_s=None)
-        assert await engine.set_retention(dead_s=DAY) == Retention(dead_s=DAY, audit_s=None)
+        assert await engine.retention_set(audit_s=None) == Retention(audit_s=None)
+        assert await engine.retention_set(dead_s=DAY) == Retention(dead_s=DAY, audit_s=None)
     finally:
         await engine.close()
 

@@ -26,8 +26,8 @@ VISIBLE = "visible-marker-7f3a"
 async def fill(store: Store) -> int:
     """A tenant, a provider with a secret, and one notification; returns its id."""
     cfg = store.config
-    tenant = await cfg.add_tenant("acme", None, now=T0, actor="t")
-    provider = await cfg.add_provider(
+    tenant = await cfg.tenant_add("acme", None, now=T0, actor="t")
+    provider = await cfg.provider_add(
         "hook",
         "webhook",
         None,
@@ -36,7 +36,7 @@ async def fill(store: Store) -> int:
         now=T0,
         actor="t",
     )
-    await cfg.update_provider(
+    await cfg.provider_update(
         "hook", secrets={"signing": PROVIDER_SECRET + "-2"}, now=T0, actor="t"
     )
     item = NotificationRow(provider.id, RECIPIENT, {"text": "hi"}, VISIBLE)

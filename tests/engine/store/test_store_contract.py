@@ -17,7 +17,7 @@ from engine.core.errors import ConfigError, Conflict, NotFound
 from engine.store import (
     Completion,
     DepthRow,
-    DueKey,
+    DuePair,
     Leased,
     NotificationRow,
     NotificationView,
@@ -39,11 +39,11 @@ DEAD = NotificationState.DEAD
 
 
 async def tenant_id(store: Store, name: str) -> int:
-    return (await store.config.add_tenant(name, None, now=T0, actor=ACTOR)).id
+    return (await store.config.tenant_add(name, None, now=T0, actor=ACTOR)).id
 
 
 async def provider_id(store: Store, name: str) -> int:
-    record = await store.config.add_provider(name, "simulated", None, {}, {}, now=T0, actor=ACTOR)
+    record = await store.config.provider_add(name, "simulated", None, {}, {}, now=T0, actor=ACTOR)
     return record.id
 
 
@@ -105,14 +105,14 @@ def keys_of(leased: Sequence[Leased]) -> list[str]:
 
 async def test_tenants_add_update_list(store: Store) -> None:
     cfg = store.config
-    acme = await cfg.add_tenant("acme", Limit(10, 20), now=T0, actor=ACTOR)
-    beta = await cfg.add_tenant("beta", None, enabled=False, now=T0, actor=ACTOR)
+    acme = await cfg.tenant_add("acme", Limit(10, 20), now=T0, actor=ACTOR)
+    beta = await cfg.tenant_add("beta", None, enabled=False, now=T0, actor=ACTOR)
     assert (acme.name, acme.limit, acme.enabled) == ("acme", Limit(10, 20), True)
     assert (beta.limit, beta.enabled) == (None, False)
     assert acme.id != beta.id
 
     steps: list[tuple[str, dict[str, Any], Limit | None, bool]] = [
-        # (what, update_tenant kwargs, limit after, enabled after)
+        # (what, tenant_update kwargs, limit after, enabled after)
         ("nothing given changes nothing", {}, Limit(10, 20), True),
         ("new limit", {"limit": Limit(2.5, 5)}, Limit(2.5, 5), True),
         ("disable keeps the limit", {"enabled": False}, Limit(2.5, 5), False),
@@ -121,7 +121,7 @@ async def test_tenants_add_update_list(store: Store) -> None:
         ("both at once", {"limit": Limit(1, 1), "enabled": False}, Limit(1, 1), False),
     ]
     for what, kwargs, limit, enabled in steps:
-        updated = await cfg.update_tenant("acme", now=T0, actor=ACTOR, **kwargs)
+        updated = await cfg.tenant_update("acme", now=T0, actor=ACTOR, **kwargs)
         fetched = await cfg.tenant("acme")
         assert updated == fetched, what
         assert (fetched.id, fetched.limit, fetched.enabled) == (acme.id, limit, enabled), what
@@ -132,52 +132,52 @@ async def test_tenants_add_update_list(store: Store) -> None:
 
 async def test_config_errors_change_nothing(store: Store) -> None:
     cfg = store.config
-    await cfg.add_tenant("acme", None, now=T0, actor=ACTOR)
-    await cfg.add_provider("sms", "simulated", None, {}, {}, now=T0, actor=ACTOR)
+    await cfg.tenant_add("acme", None, now=T0, actor=ACTOR)
+    await cfg.provider_add("sms", "simulated", None, {}, {}, now=T0, actor=ACTOR)
     before = (await cfg.tenants(), await cfg.providers(), await cfg.pair_limits())
     audit_before = await store.audit.entries()
     calls: list[tuple[str, type[Exception], Callable[[], Awaitable[object]]]] = [
         (
             "add existing tenant",
             Conflict,
-            lambda: cfg.add_tenant("acme", None, now=T0, actor=ACTOR),
+            lambda: cfg.tenant_add("acme", None, now=T0, actor=ACTOR),
         ),
         (
             "add existing provider",
             Conflict,
-            lambda: cfg.add_provider("sms", "file", None, {}, {}, now=T0, actor=ACTOR),
+            lambda: cfg.provider_add("sms", "file", None, {}, {}, now=T0, actor=ACTOR),
         ),
         (
             "update missing tenant",
             NotFound,
-            lambda: cfg.update_tenant("nope", enabled=False, now=T0, actor=ACTOR),
+            lambda: cfg.tenant_update("nope", enabled=False, now=T0, actor=ACTOR),
         ),
         ("get missing tenant", NotFound, lambda: cfg.tenant("nope")),
         (
             "update missing provider",
             NotFound,
-            lambda: cfg.update_provider("nope", kind="x", now=T0, actor=ACTOR),
+            lambda: cfg.provider_update("nope", kind="x", now=T0, actor=ACTOR),
         ),
         ("get missing provider", NotFound, lambda: cfg.provider("nope")),
         (
             "pair limit of missing tenant",
             NotFound,
-            lambda: cfg.set_pair_limit("nope", "sms", Limit(1, 1), now=T0, actor=ACTOR),
+            lambda: cfg.pair_limit_set("nope", "sms", Limit(1, 1), now=T0, actor=ACTOR),
         ),
         (
             "pair limit of missing provider",
             NotFound,
-            lambda: cfg.set_pair_limit("acme", "nope", Limit(1, 1), now=T0, actor=ACTOR),
+            lambda: cfg.pair_limit_set("acme", "nope", Limit(1, 1), now=T0, actor=ACTOR),
         ),
         (
             "tenant with a bad name",
             ConfigError,
-            lambda: cfg.add_tenant("a b", None, now=T0, actor=ACTOR),
+            lambda: cfg.tenant_add("a b", None, now=T0, actor=ACTOR),
         ),
         (
             "provider with a bad name",
             ConfigError,
-            lambda: cfg.add_provider("-x", "file", None, {}, {}, now=T0, actor=ACTOR),
+            lambda: cfg.provider_add("-x", "file", None, {}, {}, now=T0, actor=ACTOR),
         ),
     ]
     for what, error, call in calls:
@@ -191,7 +191,7 @@ async def test_config_errors_change_nothing(store: Store) -> None:
 
 async def test_providers_options_and_secrets_merge(store: Store) -> None:
     cfg = store.config
-    added = await cfg.add_provider(
+    added = await cfg.provider_add(
         "hook",
         "webhook",
         Limit(5, 10),
@@ -204,7 +204,7 @@ async def test_providers_options_and_secrets_merge(store: Store) -> None:
     assert added.secrets == {}, "a provider is handed out without secret values by default"
 
     steps: list[tuple[str, dict[str, Any], dict[str, str], dict[str, str], Limit | None]] = [
-        # (what, update_provider kwargs, options after, secrets after, limit after)
+        # (what, provider_update kwargs, options after, secrets after, limit after)
         (
             "options merge",
             {"options": {"timeout_s": "5", "retries": "2"}},
@@ -256,7 +256,7 @@ async def test_providers_options_and_secrets_merge(store: Store) -> None:
         ),
     ]
     for what, kwargs, options, secrets, limit in steps:
-        updated = await cfg.update_provider("hook", now=T0, actor=ACTOR, **kwargs)
+        updated = await cfg.provider_update("hook", now=T0, actor=ACTOR, **kwargs)
         full = await cfg.provider("hook", with_secrets=True)
         assert updated.secrets == {}, what
         assert full.options == options, what
@@ -266,7 +266,7 @@ async def test_providers_options_and_secrets_merge(store: Store) -> None:
         assert full.limit == limit, what
     assert (await cfg.provider("hook")).kind == "file"
 
-    await cfg.add_provider("another", "simulated", None, {}, {"k": "v"}, now=T0, actor=ACTOR)
+    await cfg.provider_add("another", "simulated", None, {}, {"k": "v"}, now=T0, actor=ACTOR)
     listed = await cfg.providers()
     assert [p.name for p in listed] == ["another", "hook"]
     assert all(p.secrets == {} for p in listed)
@@ -321,7 +321,7 @@ async def test_pair_limits_set_replace_remove(store: Store) -> None:
         ),
     ]
     for tenant, provider, limit, expected in steps:
-        await cfg.set_pair_limit(tenant, provider, limit, now=T0, actor=ACTOR)
+        await cfg.pair_limit_set(tenant, provider, limit, now=T0, actor=ACTOR)
         got = [
             (p.tenant, p.provider, p.tenant_id, p.provider_id, p.limit)
             for p in await cfg.pair_limits()
@@ -331,14 +331,14 @@ async def test_pair_limits_set_replace_remove(store: Store) -> None:
 
 async def test_config_changes_are_audited_without_secret_values(store: Store) -> None:
     cfg = store.config
-    await cfg.add_tenant("acme", Limit(1, 2), now=T0, actor="alice")
-    await cfg.update_tenant("acme", enabled=False, now=T0 + 1, actor="bob")
-    await cfg.update_tenant("acme", now=T0 + 1.5, actor="bob")  # no change: no entry
-    await cfg.add_provider(
+    await cfg.tenant_add("acme", Limit(1, 2), now=T0, actor="alice")
+    await cfg.tenant_update("acme", enabled=False, now=T0 + 1, actor="bob")
+    await cfg.tenant_update("acme", now=T0 + 1.5, actor="bob")  # no change: no entry
+    await cfg.provider_add(
         "sms", "simulated", None, {}, {"token": "tok-VALUE"}, now=T0 + 2, actor="carol"
     )
-    await cfg.update_provider("sms", secrets={"token": "tok-NEW"}, now=T0 + 3, actor="carol")
-    await cfg.set_pair_limit("acme", "sms", Limit(3, 4), now=T0 + 4, actor="dave")
+    await cfg.provider_update("sms", secrets={"token": "tok-NEW"}, now=T0 + 3, actor="carol")
+    await cfg.pair_limit_set("acme", "sms", Limit(3, 4), now=T0 + 4, actor="dave")
     await store.audit.write("erin", "dead.retry", None, {"count": 2}, now=T0 + 5)
     acme = (await cfg.tenant("acme")).id
 
@@ -803,31 +803,31 @@ async def test_due_keys_and_depth(store: Store) -> None:
     await store.queue.claim(beta, sms, 1, owner="w", lease_s=60, now=T0 + 1)  # leased: not queued
     await make_dead(store, beta, mail, "b-dead")
 
-    steps: list[tuple[float, list[int] | None, list[DueKey]]] = [
+    steps: list[tuple[float, list[int] | None, list[DuePair]]] = [
         (
             T0 + 1,
             None,
             [
-                DueKey(acme, sms, 2, T0 - 5),
-                DueKey(acme, mail, 0, T0 + 10),
-                DueKey(beta, sms, 2, T0 + 1),
+                DuePair(acme, sms, 2, T0 - 5),
+                DuePair(acme, mail, 0, T0 + 10),
+                DuePair(beta, sms, 2, T0 + 1),
             ],
         ),
         (
             T0 + 20,
             None,
             [
-                DueKey(acme, sms, 2, T0 - 5),
-                DueKey(acme, mail, 2, T0 + 10),
-                DueKey(beta, sms, 2, T0 + 1),
+                DuePair(acme, sms, 2, T0 - 5),
+                DuePair(acme, mail, 2, T0 + 10),
+                DuePair(beta, sms, 2, T0 + 1),
             ],
         ),
-        (T0 + 30, [acme], [DueKey(acme, sms, 3, T0 - 5), DueKey(acme, mail, 2, T0 + 10)]),
-        (T0 + 1, [beta], [DueKey(beta, sms, 2, T0 + 1)]),
+        (T0 + 30, [acme], [DuePair(acme, sms, 3, T0 - 5), DuePair(acme, mail, 2, T0 + 10)]),
+        (T0 + 1, [beta], [DuePair(beta, sms, 2, T0 + 1)]),
         (T0 + 1, [], []),
     ]
     for now, tenant_ids, expected in steps:
-        got = await store.queue.due_keys(now, tenant_ids)
+        got = await store.queue.due_pairs(now, tenant_ids)
         assert sorted(got, key=_due_order) == sorted(expected, key=_due_order), (now, tenant_ids)
 
     depth = sorted(await store.queue.depth(), key=lambda r: (r.tenant_id, r.state.value))
@@ -846,7 +846,7 @@ async def test_due_count_is_capped_and_depth_is_not(store: Store) -> None:
     sms = await provider_id(store, "sms")
     total = DUE_CAP + 7
     await store.queue.enqueue(acme, [new_notification(sms, f"k{i}") for i in range(total)], now=T0)
-    assert await store.queue.due_keys(T0, None) == [DueKey(acme, sms, DUE_CAP, T0)]
+    assert await store.queue.due_pairs(T0, None) == [DuePair(acme, sms, DUE_CAP, T0)]
     assert await store.queue.depth() == [DepthRow(acme, QUEUED, total, T0)]
     await store.queue.claim(acme, sms, 10, owner="w", lease_s=60, now=T0)
     assert await store.queue.depth() == await store.queue.recount()
@@ -861,17 +861,17 @@ async def test_due_keys_can_look_at_some_keys_only(store: Store) -> None:
         acme, [new_notification(sms, "a1"), new_notification(mail, "a2")], now=T0
     )
     await store.queue.enqueue(beta, [new_notification(sms, "b1")], now=T0)
-    found = await store.queue.due_keys(T0, None, keys=[(acme, mail), (beta, sms), (beta, mail)])
-    assert sorted(found, key=_due_order) == [DueKey(acme, mail, 1, T0), DueKey(beta, sms, 1, T0)]
-    assert await store.queue.due_keys(T0, [acme], keys=[(acme, mail), (beta, sms)]) == [
-        DueKey(acme, mail, 1, T0)
+    found = await store.queue.due_pairs(T0, None, pairs=[(acme, mail), (beta, sms), (beta, mail)])
+    assert sorted(found, key=_due_order) == [DuePair(acme, mail, 1, T0), DuePair(beta, sms, 1, T0)]
+    assert await store.queue.due_pairs(T0, [acme], pairs=[(acme, mail), (beta, sms)]) == [
+        DuePair(acme, mail, 1, T0)
     ]
-    assert await store.queue.due_keys(T0, None, keys=[]) == []
-    everything = await store.queue.due_keys(T0, None)
+    assert await store.queue.due_pairs(T0, None, pairs=[]) == []
+    everything = await store.queue.due_pairs(T0, None)
     assert len(everything) == 3
 
 
-def _due_order(key: DueKey) -> tuple[int, int]:
+def _due_order(key: DuePair) -> tuple[int, int]:
     return key.tenant_id, key.provider_id
 
 
@@ -920,7 +920,7 @@ async def test_retry_dead_touches_only_that_tenants_dead_rows(store: Store) -> N
         ("nothing left", acme, None, 0),
     ]
     for what, tenant, ids, count in steps:
-        assert await store.queue.retry_dead(tenant, ids, now=T0 + 50) == count, what
+        assert await store.queue.dead_retry(tenant, ids, now=T0 + 50) == count, what
 
     for n_id in a_dead:
         got = await view(store, acme, n_id)
@@ -954,7 +954,7 @@ async def test_discard_dead_touches_only_that_tenants_dead_rows(store: Store) ->
         ("nothing left", None, 0, a_queued),
     ]
     for what, ids, count, left in steps:
-        assert await store.queue.discard_dead(acme, ids) == count, what
+        assert await store.queue.dead_discard(acme, ids) == count, what
         assert [v.id for v in await store.queue.list_by_tenant(acme)] == left, what
     assert [v.id for v in await store.queue.list_by_tenant(beta)] == b_dead
 

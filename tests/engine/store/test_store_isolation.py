@@ -31,10 +31,10 @@ class World:
 
 async def build(store: Store) -> World:
     cfg = store.config
-    acme = (await cfg.add_tenant("acme", None, now=T0, actor="t")).id
-    beta = (await cfg.add_tenant("beta", None, now=T0, actor="t")).id
-    sms = (await cfg.add_provider("sms", "simulated", None, {}, {}, now=T0, actor="t")).id
-    mail = (await cfg.add_provider("mail", "simulated", None, {}, {}, now=T0, actor="t")).id
+    acme = (await cfg.tenant_add("acme", None, now=T0, actor="t")).id
+    beta = (await cfg.tenant_add("beta", None, now=T0, actor="t")).id
+    sms = (await cfg.provider_add("sms", "simulated", None, {}, {}, now=T0, actor="t")).id
+    mail = (await cfg.provider_add("mail", "simulated", None, {}, {}, now=T0, actor="t")).id
 
     results = await store.queue.enqueue(
         acme, [new_notification(sms, "dead"), new_notification(sms, "delivered")], now=T0
@@ -77,7 +77,7 @@ def probes(store: Store, w: World) -> list[tuple[str, Probe, object]]:
         return [v.id for v in await queue.list_by_tenant(other) if v.id in w.acme_ids]
 
     async def due(other: int) -> list[int]:
-        return [k.tenant_id for k in await queue.due_keys(T0 + 1, [other]) if k.tenant_id != other]
+        return [k.tenant_id for k in await queue.due_pairs(T0 + 1, [other]) if k.tenant_id != other]
 
     return [
         ("get queued", lambda other: queue.get(other, w.queued), None),
@@ -90,12 +90,12 @@ def probes(store: Store, w: World) -> list[tuple[str, Probe, object]]:
             lambda other: queue.list_by_tenant(other, state=NotificationState.DELIVERED),
             [],
         ),
-        ("retry dead by id", lambda other: queue.retry_dead(other, [w.dead], now=T0), 0),
-        ("retry any by id", lambda other: queue.retry_dead(other, w.acme_ids, now=T0), 0),
-        ("retry all dead", lambda other: queue.retry_dead(other, None, now=T0), 0),
-        ("discard dead by id", lambda other: queue.discard_dead(other, [w.dead]), 0),
-        ("discard any by id", lambda other: queue.discard_dead(other, w.acme_ids), 0),
-        ("discard all dead", lambda other: queue.discard_dead(other, None), 0),
+        ("retry dead by id", lambda other: queue.dead_retry(other, [w.dead], now=T0), 0),
+        ("retry any by id", lambda other: queue.dead_retry(other, w.acme_ids, now=T0), 0),
+        ("retry all dead", lambda other: queue.dead_retry(other, None, now=T0), 0),
+        ("discard dead by id", lambda other: queue.dead_discard(other, [w.dead]), 0),
+        ("discard any by id", lambda other: queue.dead_discard(other, w.acme_ids), 0),
+        ("discard all dead", lambda other: queue.dead_discard(other, None), 0),
         ("deliveries", queue.deliveries, []),
         (
             "deliveries of a notification",
@@ -129,7 +129,7 @@ async def test_each_tenant_still_reaches_its_own(store: Store) -> None:
     assert (await queue.get(world.beta, world.beta_own)) is not None
     log_ids = [e.notification_id for e in await queue.deliveries(world.acme)]
     assert log_ids == [world.delivered, world.dead]
-    assert [k.tenant_id for k in await queue.due_keys(T0 + 1, [world.acme])] == [world.acme]
+    assert [k.tenant_id for k in await queue.due_pairs(T0 + 1, [world.acme])] == [world.acme]
     log = await queue.deliveries(world.acme, notification_id=world.delivered)
     assert [e.outcome for e in log] == [Outcome.DELIVERED]
     [leased] = await queue.claim(world.acme, world.sms, 10, owner="x", lease_s=5, now=T0 + 1)
@@ -137,6 +137,6 @@ async def test_each_tenant_still_reaches_its_own(store: Store) -> None:
     assert [v.id for v in await queue.list_by_tenant(world.acme, state=NotificationState.DEAD)] == [
         world.dead
     ]
-    assert await queue.retry_dead(world.acme, [world.dead], now=T0) == 1
-    assert await queue.discard_dead(world.acme, None) == 0
+    assert await queue.dead_retry(world.acme, [world.dead], now=T0) == 1
+    assert await queue.dead_discard(world.acme, None) == 0
     assert await queue.release("x", [leased]) == 1

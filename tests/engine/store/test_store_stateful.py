@@ -256,9 +256,9 @@ class QueueMachine(RuleBasedStateMachine):
             )
 
     @rule()
-    def retry_dead(self) -> None:
+    def dead_retry(self) -> None:
         dead = [i for i, r in self.rows.items() if r.state is DEAD]
-        assert self.run(self.store.queue.retry_dead(self.tenant, None, now=self.now)) == len(dead)
+        assert self.run(self.store.queue.dead_retry(self.tenant, None, now=self.now)) == len(dead)
         for i in dead:
             self.rows[i] = replace(self.rows[i], state=QUEUED, failures=0, available_at=self.now)
 
@@ -297,9 +297,9 @@ TEMPLATE_KEY = SecretBox.generate_key()
 async def _make_template(db: Path) -> None:
     async with Store(f"sqlite:///{db}", SecretBox([TEMPLATE_KEY])) as store:
         await store.migrate()
-        await store.config.add_tenant("acme", None, now=T0, actor="t")
+        await store.config.tenant_add("acme", None, now=T0, actor="t")
         for name in ("sms", "mail"):
-            await store.config.add_provider(name, "simulated", None, {}, {}, now=T0, actor="t")
+            await store.config.provider_add(name, "simulated", None, {}, {}, now=T0, actor="t")
 
 
 @pytest.mark.slow

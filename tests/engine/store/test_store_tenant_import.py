@@ -1,4 +1,4 @@
-"""The store contract of ``ConfigRepo.import_tenants``, on SQLite and on Postgres through the
+"""The store contract of ``ConfigRepo.tenant_import``, on SQLite and on Postgres through the
 ``store`` fixture: all or nothing, one audit entry, and a few statements however many tenants.
 """
 
@@ -47,8 +47,8 @@ def statements(store: Store) -> Iterator[list[str]]:
 
 async def test_import_adds_new_tenants_and_updates_existing_ones(store: Store) -> None:
     cfg = store.config
-    acme = await cfg.add_tenant("acme", Limit(10, 20), now=T0, actor=ACTOR)
-    beta = await cfg.add_tenant("beta", None, enabled=False, now=T0, actor=ACTOR)
+    acme = await cfg.tenant_add("acme", Limit(10, 20), now=T0, actor=ACTOR)
+    beta = await cfg.tenant_add("beta", None, enabled=False, now=T0, actor=ACTOR)
     specs = [
         TenantSpec("gamma", Limit(2.5, 5), line=1),
         TenantSpec("acme", None, enabled=False, line=2),  # limited and enabled: now neither
@@ -56,7 +56,7 @@ async def test_import_adds_new_tenants_and_updates_existing_ones(store: Store) -
         TenantSpec("beta", Limit(1, 1), line=5),  # unlimited and disabled: now both
     ]
 
-    done = await cfg.import_tenants(specs, update=True, now=T0 + 1, actor=ACTOR)
+    done = await cfg.tenant_import(specs, update=True, now=T0 + 1, actor=ACTOR)
 
     assert done == TenantImport(added=2, updated=2)
     got = {t.name: (t.limit, t.enabled) for t in await cfg.tenants()}
@@ -75,12 +75,12 @@ async def test_an_existing_tenant_without_update_is_refused_and_nothing_written(
     store: Store,
 ) -> None:
     cfg = store.config
-    await cfg.add_tenant("acme", Limit(10, 20), now=T0, actor=ACTOR)
+    await cfg.tenant_add("acme", Limit(10, 20), now=T0, actor=ACTOR)
     before = await state(store)
     specs = [TenantSpec("fresh", None, line=1), TenantSpec("acme", Limit(1, 1), line=3)]
 
     with pytest.raises(Conflict) as caught:
-        await cfg.import_tenants(specs, now=T0 + 1, actor=ACTOR)
+        await cfg.tenant_import(specs, now=T0 + 1, actor=ACTOR)
 
     assert caught.value.message.startswith("line 3: tenant 'acme' already exists;")
     assert "--update" in caught.value.message
@@ -105,10 +105,10 @@ async def test_an_existing_tenant_without_update_is_refused_and_nothing_written(
 async def test_bad_specs_are_refused_before_anything_is_written(
     store: Store, specs: list[TenantSpec], says: str
 ) -> None:
-    await store.config.add_tenant("acme", None, now=T0, actor=ACTOR)
+    await store.config.tenant_add("acme", None, now=T0, actor=ACTOR)
     before = await state(store)
     with pytest.raises(ConfigError) as caught:
-        await store.config.import_tenants(specs, update=True, now=T0 + 1, actor=ACTOR)
+        await store.config.tenant_import(specs, update=True, now=T0 + 1, actor=ACTOR)
     assert caught.value.message.startswith(says), caught.value.message
     assert caught.value.message.endswith(".")
     assert await state(store) == before
@@ -116,10 +116,10 @@ async def test_bad_specs_are_refused_before_anything_is_written(
 
 async def test_an_import_is_one_audit_entry_of_its_counts(store: Store) -> None:
     cfg = store.config
-    await cfg.add_tenant("acme", None, now=T0, actor="alice")
+    await cfg.tenant_add("acme", None, now=T0, actor="alice")
     specs = [TenantSpec(name) for name in ("acme", "b1", "b2", "b3")]
 
-    await cfg.import_tenants(specs, update=True, now=T0 + 5, actor="bob")
+    await cfg.tenant_import(specs, update=True, now=T0 + 5, actor="bob")
 
     newest, *older = await store.audit.entries()
     assert (newest.ts, newest.actor, newest.action, newest.tenant_id) == (
@@ -134,7 +134,7 @@ async def test_an_import_is_one_audit_entry_of_its_counts(store: Store) -> None:
 
 async def test_no_specs_write_nothing(store: Store) -> None:
     before = await state(store)
-    done = await store.config.import_tenants([], update=True, now=T0, actor=ACTOR)
+    done = await store.config.tenant_import([], update=True, now=T0, actor=ACTOR)
     assert done == TenantImport(added=0, updated=0)
     assert await state(store) == before
 
@@ -144,11 +144,11 @@ async def test_thousands_of_tenants_take_a_few_statements(store: Store) -> None:
     thousand names: never a statement per tenant."""
     cfg = store.config
     first = [TenantSpec(f"t{n:04d}", Limit(1 + n % 7, 2)) for n in range(0, 2500, 2)]
-    await cfg.import_tenants(first, now=T0, actor=ACTOR)
+    await cfg.tenant_import(first, now=T0, actor=ACTOR)
     every = [TenantSpec(f"t{n:04d}", Limit(3, 4 + n % 5), enabled=n % 3 > 0) for n in range(2500)]
 
     with statements(store) as seen:
-        done = await cfg.import_tenants(every, update=True, now=T0 + 1, actor=ACTOR)
+        done = await cfg.tenant_import(every, update=True, now=T0 + 1, actor=ACTOR)
 
     assert done == TenantImport(added=1250, updated=1250)
     writes = [sql for sql in seen if not sql.lstrip().upper().startswith(("SELECT", "BEGIN"))]
@@ -166,7 +166,7 @@ async def test_many_tenants_read_in_parts_straight_from_the_driver(store: Store)
         TenantSpec(f"t{i:05d}", Limit(1 + i % 3, 2) if i % 2 else None, enabled=i % 5 != 0, line=i)
         for i in range(n)
     ]
-    await store.config.import_tenants(specs, now=T0, actor=ACTOR)
+    await store.config.tenant_import(specs, now=T0, actor=ACTOR)
     got = await store.config.tenants()
     assert [t.name for t in got] == [s.name for s in specs]
     assert [(t.limit, t.enabled) for t in got] == [(s.limit, s.enabled) for s in specs]

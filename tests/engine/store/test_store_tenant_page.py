@@ -22,7 +22,7 @@ async def _tenants(store: Store) -> None:
         TenantSpec("delta_1", Limit(5, 50), line=5),
         TenantSpec("delta11", Limit(1, 1), line=6),
     ]
-    await store.config.import_tenants(specs, update=False, now=T0, actor="test")
+    await store.config.tenant_import(specs, update=False, now=T0, actor="test")
 
 
 def names(page: object) -> list[str]:
