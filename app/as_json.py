@@ -12,10 +12,10 @@ from app.output import RETENTION_WINDOWS
 from engine import (
     ApiKeyRecord,
     BucketLevel,
+    Circuit,
     Limit,
     NotificationView,
     PairLimit,
-    ProviderHealth,
     ProviderRecord,
     PruneReport,
     Retention,
@@ -35,9 +35,9 @@ if TYPE_CHECKING:
 __all__ = [
     "apikey_json",
     "bucket_json",
+    "circuit_json",
     "dead_json",
     "depth_json",
-    "health_json",
     "import_json",
     "limit_json",
     "pair_json",
@@ -87,7 +87,7 @@ def provider_json(provider: ProviderRecord) -> JsonObject:
     return shown | {"secrets": masked_secrets(provider.secret_names)}
 
 
-def health_json(health: ProviderHealth) -> JsonObject:
+def circuit_json(health: Circuit) -> JsonObject:
     """A provider's circuit: ``state`` (closed, open, half-open), ``since``, ``last_error``,
     ``next_probe_at`` (unix s) and ``failures`` in a row."""
     return _fields(health) | {"state": health.state.value}

@@ -48,7 +48,7 @@ def work_line(snap: Snapshot) -> str:
     totals = snap.totals
     return (
         f"worker {snap.worker_id}: longest loop stall {snap.loop_stall_max_s * 1000:.0f} ms; "
-        f"{totals.claims} claims, {totals.claims_empty} keys found nothing to lease; "
+        f"{totals.claims} claims, {totals.claims_empty} pairs found nothing to lease; "
         f"limiter {snap.limiter_backend}"
     )
 

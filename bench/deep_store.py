@@ -340,7 +340,7 @@ async def in_process(side: Side, calls: int) -> dict[str, Any]:
         enabled = [t.id for t in engine.directory.tenants.values() if t.enabled]
         queue = store.queue
         statements = {
-            "depth_ms": await median_ms(queue.depth, 5),
+            "depth_ms": await median_ms(store.notifications.depth, 5),
             "due_keys_ms": await median_ms(lambda: queue.due_pairs(time.time(), enabled), 5),
             "outcomes_60s_ms": await median_ms(
                 lambda: store.stats.outcomes_since(time.time() - 60), 5

@@ -59,7 +59,7 @@ async def trickle(engine: Engine, interval_s: float, seconds: float) -> int:
 
 async def delivered(engine: Engine, tenant: str) -> list[tuple[float, float]]:
     """(when, latency) of each of ``tenant``'s deliveries."""
-    rows = await engine.store.queue.deliveries(
+    rows = await engine.store.notifications.deliveries(
         engine.directory.tenant_id(tenant) or 0, limit=1_000_000
     )
     return [

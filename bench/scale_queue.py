@@ -129,7 +129,7 @@ async def statement_costs(engine: Engine, backlog_id: int, provider_id: int) -> 
         "due_keys_deep_ms": await median_ms(
             lambda: queue.due_pairs(time.time(), [*enabled, backlog_id]), 5
         ),
-        "depth_ms": await median_ms(queue.depth, 3),
+        "depth_ms": await median_ms(engine.store.notifications.depth, 3),
     }
 
 

@@ -52,14 +52,14 @@ from tenants import (
 from engine import SecretBox
 from testkit.cli import REPO, clean_env
 
-_WORK = re.compile(r"longest loop stall (\d+) ms; (\d+) claims, (\d+) keys found nothing")
+_WORK = re.compile(r"longest loop stall (\d+) ms; (\d+) claims, (\d+) pairs found nothing")
 
 
 def run_workers(
     url: str, key: str, workers: int, duration_s: float, profile: Path | None
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """``workers`` worker processes started together; per worker: its CPU seconds, what its
-    last lines said (loop stall, claims, keys that found nothing), fallbacks and late loops."""
+    last lines said (loop stall, claims, pairs that found nothing), fallbacks and late loops."""
     procs = []
     for i in range(workers):
         env = clean_env(Path(tempfile.mkdtemp(prefix="omnipost-workers-")), OMNIPOST_KEYS=key)

@@ -2,8 +2,8 @@
 the module this stub names, on first use: see there)."""
 
 from .core.circuit import (
+    Circuit,
     CircuitState,
-    ProviderHealth,
 )
 from .core.clock import (
     Clock,
@@ -179,6 +179,7 @@ __all__ = [
     "BucketPick",
     "BucketPicks",
     "BurstTraffic",
+    "Circuit",
     "CircuitState",
     "ClaimKind",
     "Clock",
@@ -221,7 +222,6 @@ __all__ = [
     "Provider",
     "ProviderConfig",
     "ProviderFactory",
-    "ProviderHealth",
     "ProviderKind",
     "ProviderModel",
     "ProviderPlan",

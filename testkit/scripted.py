@@ -69,7 +69,7 @@ async def setup(engine: Engine, n: int = 1) -> list[int]:
 async def view(engine: Engine, notification_id: int) -> NotificationView:
     tenant_id = engine.directory.tenant_id("acme")
     assert tenant_id is not None
-    found = await engine.store.queue.get(tenant_id, notification_id)
+    found = await engine.store.notifications.get(tenant_id, notification_id)
     assert found is not None
     return found
 
@@ -78,5 +78,5 @@ async def history(engine: Engine, notification_id: int) -> list[tuple[int, Outco
     """(attempt, outcome) of every delivery-log row of one notification, oldest first."""
     tenant_id = engine.directory.tenant_id("acme")
     assert tenant_id is not None
-    rows = await engine.store.queue.deliveries(tenant_id, notification_id=notification_id)
+    rows = await engine.store.notifications.deliveries(tenant_id, notification_id=notification_id)
     return [(row.attempt, row.outcome) for row in sorted(rows, key=lambda r: r.id)]

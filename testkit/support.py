@@ -42,7 +42,7 @@ Line = dict[str, Any]
 
 async def counts(store: Store) -> dict[tuple[int, NotificationState], int]:
     """How many notifications each (tenant id, state) holds."""
-    return {(row.tenant_id, row.state): row.count for row in await store.queue.depth()}
+    return {(row.tenant_id, row.state): row.count for row in await store.notifications.depth()}
 
 
 def missing(reason: str) -> NoReturn:

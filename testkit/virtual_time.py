@@ -142,7 +142,7 @@ class VirtualEngines:
         returns the virtual seconds that took."""
 
         async def empty() -> bool:
-            depth = await engine.store.queue.depth()
+            depth = await engine.store.notifications.depth()
             busy = any(r.count for r in depth if r.state in (QUEUED, LEASED))
             return not busy and not engine.dispatcher.has_pending()
 

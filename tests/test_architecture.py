@@ -26,6 +26,9 @@ LONGER = {
     "engine/dispatch/dispatcher.py": "the loop's round, its claims' settling, what it learns"
     " from completions and its shares of the tenants read as one story: split, each half would"
     " call into the other",
+    "engine/store/queue.py": "the queue as the dispatcher uses it, one class: the writes of a"
+    " lease's life and the reads of which pairs have due work (their SQL is counts.py's); a"
+    " tenant's notifications as people see them are notifications.py's",
     "engine/facade/engine.py": "the lifecycle, and the menu of the whole façade in Engine's"
     " docstring (the one table of contents, about 35 lines, kept true by a test below)",
 }

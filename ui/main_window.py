@@ -24,8 +24,8 @@ from ui.settings import ConsoleSettings, save_settings, window_state
 from ui.state import Status
 from ui.theme import Theme, app_icon, apply_theme
 from ui.views.apikeys import ApiKeysView
+from ui.views.circuits import CircuitBanner
 from ui.views.dashboard import Dashboard
-from ui.views.health import CircuitBanner
 from ui.views.log import LogPanel
 from ui.views.providers import ProvidersView
 from ui.views.queue import QueueView
@@ -248,7 +248,7 @@ class MainWindow(QMainWindow):
     def _connect(self) -> None:
         bridge = self.bridge
         bridge.status_changed.connect(self.show_status)
-        bridge.sampled.connect(lambda snap: self.circuits.show_health(snap.health))
+        bridge.sampled.connect(lambda snap: self.circuits.show_circuits(snap.health))
         bridge.state_changed.connect(self.show_state)
         bridge.error.connect(self.show_error)
         bridge.notice.connect(lambda text: self.statusBar().showMessage(text, 6000))

@@ -21,10 +21,10 @@ from engine import (
     MASKED_VALUE,  # the CLI's mask too
     BucketKey,
     BucketLevel,
+    Circuit,
     CircuitState,
     ConfigError,
     Limit,
-    ProviderHealth,
     ProviderRecord,
     TenantDepth,
     TenantRecord,
@@ -261,7 +261,7 @@ def _options_text(p: ProviderRecord) -> str:
     return "  ".join(f"{k}={v}" for k, v in sorted(p.options.items()))
 
 
-def health_text(health: ProviderHealth | None, now: float) -> str:
+def circuit_text(health: Circuit | None, now: float) -> str:
     """A provider's circuit in a few words: ``closed``, ``open, probe in 12.0 s``, ``half-open``."""
     if health is None or health.state == CircuitState.CLOSED:
         return "closed"
@@ -275,18 +275,18 @@ class ProvidersModel(RecordModel[ProviderRecord]):
     """Providers with their circuit's health; secret values are never here, only their names
     shown masked."""
 
-    HEALTH = 3
+    CIRCUIT = 3
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.health: dict[str, ProviderHealth] = {}
+        self.health: dict[str, Circuit] = {}
         self.columns = (
             Column[ProviderRecord]("Provider", lambda p: p.name),
             Column[ProviderRecord]("Kind", lambda p: p.kind),
             Column[ProviderRecord]("Limit", lambda p: fmt_limit(p.limit)),
             Column[ProviderRecord](
-                "Health",
-                lambda p: health_text(self.health.get(p.name), time.time()),
+                "Circuit",
+                lambda p: circuit_text(self.health.get(p.name), time.time()),
                 tip="Its circuit: closed (sending), open (paused after provider failures), "
                 "half-open (one probe send under way).",
             ),
@@ -299,20 +299,20 @@ class ProvidersModel(RecordModel[ProviderRecord]):
     def key(self, row: ProviderRecord) -> Hashable:
         return row.name
 
-    def set_health(self, health: Sequence[ProviderHealth]) -> None:
+    def set_circuits(self, health: Sequence[Circuit]) -> None:
         """The latest snapshot's health; repainted while any circuit is not closed (the
         countdown to its probe moves)."""
         fresh = {h.provider: h for h in health}
         paused = any(h.state != CircuitState.CLOSED for h in health)
         if (fresh != self.health or paused) and self.rowCount():
             self.health = fresh
-            column = self.HEALTH
+            column = self.CIRCUIT
             self.dataChanged.emit(self.index(0, column), self.index(self.rowCount() - 1, column))
         self.health = fresh
 
     def role_data(self, record: ProviderRecord, column: int, role: int) -> Any:
         health = self.health.get(record.name)
-        if column != self.HEALTH or health is None or health.state == CircuitState.CLOSED:
+        if column != self.CIRCUIT or health is None or health.state == CircuitState.CLOSED:
             return None
         if role == Qt.ItemDataRole.ForegroundRole:
             return QColor("#d64545")

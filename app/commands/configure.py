@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from app.as_json import health_json, import_json, pair_json, provider_json, tenant_json
+from app.as_json import circuit_json, import_json, pair_json, provider_json, tenant_json
 from app.commands.base import open_engine, reading_engine
 from app.commands.jsonlines import read_lines
 from app.commands.keep import KEEP, Keep, LimitChange
@@ -18,11 +18,11 @@ from app.wiring import build_store
 from engine import (
     MASKED_VALUE,
     UNSET,
+    Circuit,
     CircuitState,
     ConfigError,
     Limit,
     Outcome,
-    ProviderHealth,
     fmt_limit,
     mask,
     masked_url,
@@ -192,24 +192,24 @@ async def provider_list(ctx: Context, *, as_json: bool = False) -> int:
         providers = await engine.providers()
         health = await engine.circuit_states()
     if as_json:
-        print_json([provider_json(p) | {"health": health_json(health[p.name])} for p in providers])
+        print_json([provider_json(p) | {"health": circuit_json(health[p.name])} for p in providers])
         return 0
     rows = [
         (
             p.name,
             p.kind,
             fmt_limit(p.limit),
-            fmt_health(health[p.name], time.time()),
+            fmt_circuit(health[p.name], time.time()),
             " ".join(f"{k}={v}" for k, v in sorted(p.options.items())),
             " ".join(f"{k}={MASKED_VALUE}" for k in p.secret_names),
         )
         for p in providers
     ]
-    print_table(["PROVIDER", "KIND", "LIMIT", "HEALTH", "OPTIONS", "SECRETS"], rows)
+    print_table(["PROVIDER", "KIND", "LIMIT", "CIRCUIT", "OPTIONS", "SECRETS"], rows)
     return 0
 
 
-def fmt_health(health: ProviderHealth, now: float) -> str:
+def fmt_circuit(health: Circuit, now: float) -> str:
     """``closed``, ``half-open``, ``open (probe in 12s)`` or ``open (probe due)`` (when no
     worker runs to send it)."""
     if health.state is CircuitState.OPEN and health.next_probe_at is not None:

@@ -18,7 +18,7 @@ from app.metrics import METRICS_VIEW, MetricsAddress, MetricsExporter
 from app.progress import FINAL_VIEW, report_progress, summary_line, work_line
 from app.session import Context, on_signals
 from app.wiring import build_store, loaded_frozen
-from engine import ConfigError, Engine, OmniPostError, Pattern, ProviderHealth, masked_url
+from engine import Circuit, ConfigError, Engine, OmniPostError, Pattern, masked_url
 
 __all__ = ["Burst", "WorkerRun", "demo", "simulate", "worker"]
 
@@ -84,7 +84,7 @@ async def worker(ctx: Context, run: WorkerRun) -> int:
                     file=sys.stderr,
                 )
             waits: list[asyncio.Future[Any]] = []
-            held: asyncio.Future[tuple[ProviderHealth, ...]] | None = None
+            held: asyncio.Future[tuple[Circuit, ...]] | None = None
             if run.until_empty:
                 held = asyncio.ensure_future(_held_by_circuits(engine))
                 waits += [asyncio.ensure_future(engine.run_until_empty()), held]
@@ -128,7 +128,7 @@ def _serving(port: int | None) -> _Serving:
     return _Serving(port, ApiMetrics())
 
 
-async def _held_by_circuits(engine: Engine, poll_s: float = 1.0) -> tuple[ProviderHealth, ...]:
+async def _held_by_circuits(engine: Engine, poll_s: float = 1.0) -> tuple[Circuit, ...]:
     """Wait until all the work left is held by open circuits (``--until-empty`` then stops
     rather than wait for a provider that may never come back)."""
     while True:
@@ -141,7 +141,7 @@ async def _held_by_circuits(engine: Engine, poll_s: float = 1.0) -> tuple[Provid
             return held
 
 
-def held_sentence(held: Sequence[ProviderHealth]) -> str:
+def held_sentence(held: Sequence[Circuit]) -> str:
     """One sentence for a queue that is left waiting on providers whose circuit is open."""
     names = ", ".join(h.provider for h in held)
     which = "provider" if len(held) == 1 else "providers"

@@ -14,21 +14,21 @@ from dataclasses import dataclass
 
 from app.as_json import (
     bucket_json,
+    circuit_json,
     depth_json,
-    health_json,
     limit_json,
     retention_json,
     worker_json,
 )
 from app.commands.base import open_engine
-from app.commands.configure import fmt_health
+from app.commands.configure import fmt_circuit
 from app.output import fmt_retention, print_json, print_table
 from app.session import Context
 from engine import (
     BucketLevel,
+    Circuit,
     NotFound,
     Outcome,
-    ProviderHealth,
     ProviderRecord,
     Retention,
     Snapshot,
@@ -55,7 +55,7 @@ class _Stats:
     providers: list[ProviderRecord]
     workers: list[WorkerRecord]
     retention: Retention
-    health: dict[str, ProviderHealth]
+    health: dict[str, Circuit]
 
     @property
     def delivered_per_s(self) -> float:
@@ -164,7 +164,7 @@ def _print_json(found: _Stats, store: str) -> None:
                 **{f"provider:{p.name}": limit_json(p.limit) for p in found.providers},
             },
             "retention": retention_json(found.retention),
-            "health": [health_json(h) for _, h in sorted(found.health.items())],
+            "health": [circuit_json(h) for _, h in sorted(found.health.items())],
             "status_events": _events_json(found.snap),
         }
     )
@@ -240,7 +240,7 @@ def _print_text(found: _Stats, store: str) -> None:
         + f" ({found.delivered_per_s:.1f} delivered/s)"
     )
     print(f"retention: {fmt_retention(found.retention)}")
-    _print_health(found)
+    _print_circuits(found)
     _print_events(found.snap)
     print(f"live workers: {len(found.workers)}")
     for w in found.workers:
@@ -248,12 +248,12 @@ def _print_text(found: _Stats, store: str) -> None:
     _print_buckets(found)
 
 
-def _print_health(found: _Stats) -> None:
+def _print_circuits(found: _Stats) -> None:
     now = found.snap.ts
     print_table(
-        ["PROVIDER", "HEALTH", "FAILURES", "LAST ERROR"],
+        ["PROVIDER", "CIRCUIT", "FAILURES", "LAST ERROR"],
         [
-            (name, fmt_health(h, now), h.failures, h.last_error or "-")
+            (name, fmt_circuit(h, now), h.failures, h.last_error or "-")
             for name, h in sorted(found.health.items())
         ],
     )

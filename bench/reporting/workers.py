@@ -11,7 +11,7 @@ __all__ = ["workers"]
 
 def workers(d: Data) -> Context:
     """One row per (tenants, workers): the ratio to the limits and the CPU figures, each the
-    range over the repeats; the keys that found nothing, stalls and fallbacks at their worst."""
+    range over the repeats; the pairs that found nothing, stalls and fallbacks at their worst."""
     groups: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for run in d["runs"]:
         groups.setdefault((run["tenants"], run["workers"]), []).append(run)

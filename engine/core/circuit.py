@@ -1,4 +1,4 @@
-"""Provider health: a circuit breaker per provider, as pure rules with time as an argument.
+"""A provider's circuit: a circuit breaker per provider, as pure rules with time as an argument.
 
 A provider's circuit is ``closed`` while it works. ``failures`` provider-level failures in a
 row (refused connections, TLS or login failures, timeouts, 5xx: see ``SendResult``'s
@@ -21,10 +21,10 @@ import enum
 from dataclasses import dataclass, replace
 
 __all__ = [
+    "Circuit",
+    "CircuitRecord",
     "CircuitSettings",
     "CircuitState",
-    "Health",
-    "ProviderHealth",
     "closed",
     "on_failure",
     "on_probe_failed",
@@ -42,7 +42,7 @@ class CircuitState(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class ProviderHealth:
+class Circuit:
     """One provider's circuit as every process sees it. ``since`` (unix s) is when the state
     began (an outage's start while it is open or half-open); ``last_error`` is one redacted
     line (never a recipient or a secret); ``next_probe_at`` (unix s) is when a probe may go
@@ -71,11 +71,11 @@ class CircuitSettings:
 
 
 @dataclass(frozen=True, slots=True)
-class Health:
-    """The stored row behind a ``ProviderHealth``: also the openings in a row (``trips``,
+class CircuitRecord:
+    """The stored row behind a ``Circuit``: also the openings in a row (``trips``,
     which set the back-off) and the probe's lease (owner and expiry)."""
 
-    view: ProviderHealth
+    view: Circuit
     trips: int = 0
     probe_owner: str | None = None
     probe_expires_at: float | None = None
@@ -85,17 +85,19 @@ class Health:
         return self.view.state
 
 
-def closed(provider: str) -> Health:
+def closed(provider: str) -> CircuitRecord:
     """A provider never seen failing."""
-    return Health(ProviderHealth(provider, CircuitState.CLOSED))
+    return CircuitRecord(Circuit(provider, CircuitState.CLOSED))
 
 
-def on_failure(h: Health, run: int, *, now: float, error: str, settings: CircuitSettings) -> Health:
+def on_failure(
+    h: CircuitRecord, run: int, *, now: float, error: str, settings: CircuitSettings
+) -> CircuitRecord:
     """After a provider-level failure that makes ``run`` in a row: opened when a closed circuit
     reaches the threshold; otherwise unchanged (an open one already waits for its probe)."""
     if h.state is not CircuitState.CLOSED or run < settings.failures:
         return h
-    view = ProviderHealth(
+    view = Circuit(
         h.view.provider,
         CircuitState.OPEN,
         since=now,
@@ -103,10 +105,10 @@ def on_failure(h: Health, run: int, *, now: float, error: str, settings: Circuit
         next_probe_at=now + settings.backoff(1),
         failures=run,
     )
-    return Health(view, trips=1)
+    return CircuitRecord(view, trips=1)
 
 
-def probe_due(h: Health, now: float) -> bool:
+def probe_due(h: CircuitRecord, now: float) -> bool:
     """Whether a worker may take the probe now: the circuit is open and its back-off is over,
     or the worker that took the probe let its lease run out (it may have died)."""
     if h.state is CircuitState.OPEN:
@@ -116,7 +118,7 @@ def probe_due(h: Health, now: float) -> bool:
     return False
 
 
-def take_probe(h: Health, owner: str, *, now: float, lease_s: float) -> Health | None:
+def take_probe(h: CircuitRecord, owner: str, *, now: float, lease_s: float) -> CircuitRecord | None:
     """``h`` half-open with ``owner`` holding the probe until ``now + lease_s``; None when the
     probe is not due."""
     if not probe_due(h, now):
@@ -125,7 +127,7 @@ def take_probe(h: Health, owner: str, *, now: float, lease_s: float) -> Health |
     return replace(h, view=view, probe_owner=owner, probe_expires_at=now + lease_s)
 
 
-def release_probe(h: Health) -> Health:
+def release_probe(h: CircuitRecord) -> CircuitRecord:
     """Open again as it was, the probe given back unused (nothing was due to send): the next
     worker with work for the provider may take it at once."""
     return replace(
@@ -133,7 +135,9 @@ def release_probe(h: Health) -> Health:
     )
 
 
-def on_probe_failed(h: Health, *, now: float, error: str, settings: CircuitSettings) -> Health:
+def on_probe_failed(
+    h: CircuitRecord, *, now: float, error: str, settings: CircuitSettings
+) -> CircuitRecord:
     """The probe failed at the provider: open again, for twice as long as last time."""
     trips = h.trips + 1
     view = replace(
@@ -144,13 +148,11 @@ def on_probe_failed(h: Health, *, now: float, error: str, settings: CircuitSetti
         next_probe_at=now + settings.backoff(trips),
         failures=h.view.failures + 1,
     )
-    return Health(view, trips=trips)
+    return CircuitRecord(view, trips=trips)
 
 
-def on_resume(h: Health, *, now: float) -> Health:
+def on_resume(h: CircuitRecord, *, now: float) -> CircuitRecord:
     """Closed now: by a probe the provider answered, or by an operator. ``last_error`` stays,
     to say what the last outage was."""
-    view = ProviderHealth(
-        h.view.provider, CircuitState.CLOSED, since=now, last_error=h.view.last_error
-    )
-    return Health(view)
+    view = Circuit(h.view.provider, CircuitState.CLOSED, since=now, last_error=h.view.last_error)
+    return CircuitRecord(view)

@@ -14,10 +14,10 @@ import math
 from collections.abc import Sequence
 
 from engine.core.circuit import (
+    Circuit,
+    CircuitRecord,
     CircuitSettings,
     CircuitState,
-    Health,
-    ProviderHealth,
     closed,
     on_failure,
     on_probe_failed,
@@ -62,7 +62,7 @@ class Circuits:
         self._clock = clock
         self.owner = owner
         self.probe_lease_s = probe_lease_s
-        self._health: dict[int, Health] = {}
+        self._health: dict[int, CircuitRecord] = {}
         self.all_closed = True  # every circuit known here is closed (asked per send)
         self._runs: dict[int, int] = {}  # this engine's provider-level failures in a row
         self._probes: set[int] = set()  # ids of the notifications sent as probes
@@ -70,7 +70,7 @@ class Circuits:
 
     # -- the view ---------------------------------------------------------------------------
 
-    def health(self, provider_id: int) -> Health:
+    def health(self, provider_id: int) -> CircuitRecord:
         found = self._health.get(provider_id)
         if found is not None:
             return found
@@ -87,7 +87,7 @@ class Circuits:
         return max(0.0, (until or now) - now) or 0.001
 
     def is_closed(self, provider_id: int) -> bool:
-        # ``health(provider_id).state``, without making the closed ``Health`` of a provider
+        # ``health(provider_id).state``, without making the closed ``CircuitRecord`` of a provider
         # not read yet: asked several times per send.
         found = self._health.get(provider_id)
         return found is None or found.view.state is CircuitState.CLOSED
@@ -97,7 +97,7 @@ class Circuits:
         closed_ = CircuitState.CLOSED
         self.all_closed = all(h.view.state is closed_ for h in self._health.values())
 
-    def view(self) -> tuple[ProviderHealth, ...]:
+    def view(self) -> tuple[Circuit, ...]:
         """Every provider's health (configured here or read from the store), by name."""
         shown = [self.health(pid).view for pid in self._dir.providers.keys() | self._health]
         return tuple(sorted(shown, key=lambda h: h.provider))
@@ -138,7 +138,7 @@ class Circuits:
             self._probes.add(leased[0].id)
             return
 
-        def back(h: Health) -> Health | None:
+        def back(h: CircuitRecord) -> CircuitRecord | None:
             return release_probe(h) if self._holds_probe(h) else None
 
         await self._change(provider_id, back)
@@ -180,7 +180,7 @@ class Circuits:
             return held
         return held if result.outcome is Outcome.UNAVAILABLE else None
 
-    async def resume(self, provider_id: int, *, actor: str) -> ProviderHealth:
+    async def resume(self, provider_id: int, *, actor: str) -> Circuit:
         """Close the circuit now, whatever its state (an operator's "resume now"); audited."""
         now = self._clock.wall()
         self._runs[provider_id] = 0
@@ -214,7 +214,7 @@ class Circuits:
     async def _reopen(self, provider_id: int, error: str, settings: CircuitSettings) -> None:
         now = self._clock.wall()
 
-        def again(h: Health) -> Health | None:
+        def again(h: CircuitRecord) -> CircuitRecord | None:
             if not self._holds_probe(h):
                 return None
             return on_probe_failed(h, now=now, error=error, settings=settings)
@@ -229,7 +229,7 @@ class Circuits:
     async def _close(self, provider_id: int) -> None:
         now = self._clock.wall()
 
-        def close(h: Health) -> Health | None:
+        def close(h: CircuitRecord) -> CircuitRecord | None:
             return on_resume(h, now=now) if self._holds_probe(h) else None
 
         if await self._change(provider_id, close):
@@ -237,7 +237,7 @@ class Circuits:
                 "provider %s answers again; circuit closed", self.health(provider_id).view.provider
             )
 
-    def _holds_probe(self, h: Health) -> bool:
+    def _holds_probe(self, h: CircuitRecord) -> bool:
         return h.state is CircuitState.HALF_OPEN and h.probe_owner == self.owner
 
     async def _change(self, provider_id: int, transition: Transition) -> bool:
@@ -259,5 +259,5 @@ class Circuits:
         return f"Circuits(owner={self.owner!r}, {shown})"
 
 
-def _changed(before: Health, after: Health) -> Health | None:
+def _changed(before: CircuitRecord, after: CircuitRecord) -> CircuitRecord | None:
     return None if after is before else after

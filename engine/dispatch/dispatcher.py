@@ -39,7 +39,7 @@ from engine.dispatch.share import Shares
 from engine.dispatch.work import Pair, WorkQueue
 from engine.limits.limiter import Limiter, Reservation
 from engine.store import Completion, Leased
-from engine.store.reads import DUE_CAP
+from engine.store.counts import DUE_CAP
 from engine.telemetry.figures import Telemetry
 
 __all__ = ["Dispatcher", "DispatcherSettings"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from engine.core.circuit import Health
+from engine.core.circuit import CircuitRecord
 from engine.core.domain import BucketKey, Limit
 from engine.store.circuits import Transition
 from engine.store.records import (
@@ -49,7 +49,7 @@ class DispatchQueue(Protocol):
 
 
 class CircuitBook(Protocol):
-    async def all(self) -> dict[int, Health]: ...
+    async def all(self) -> dict[int, CircuitRecord]: ...
 
     async def change(
         self,
@@ -58,7 +58,7 @@ class CircuitBook(Protocol):
         *,
         now: float,
         audit: tuple[str, str] | None = None,
-    ) -> tuple[Health, bool]: ...
+    ) -> tuple[CircuitRecord, bool]: ...
 
 
 class DispatchStore(Protocol):

@@ -7,7 +7,7 @@ workers see.
 
 from __future__ import annotations
 
-from engine.core.circuit import CircuitState, ProviderHealth
+from engine.core.circuit import Circuit, CircuitState
 from engine.core.errors import NotFound
 from engine.facade.parts import EngineParts
 
@@ -15,14 +15,14 @@ __all__ = ["CircuitsPart"]
 
 
 class CircuitsPart(EngineParts):
-    async def circuit_states(self) -> dict[str, ProviderHealth]:
+    async def circuit_states(self) -> dict[str, Circuit]:
         """Every provider's circuit by provider name, as the store has it now (one row per
         provider); the engine's own view is brought up to date as well."""
         circuits = self.dispatcher.circuits
         await circuits.refresh()
         return {h.provider: h for h in circuits.view()}
 
-    async def circuit_holds(self) -> tuple[ProviderHealth, ...]:
+    async def circuit_holds(self) -> tuple[Circuit, ...]:
         """The open circuits that hold all the work left: every provider with queued
         notifications has its circuit open and none of them is in flight. Empty while any
         queued notification can still go out (or none is queued). ``omnipost worker
@@ -36,7 +36,7 @@ class CircuitsPart(EngineParts):
             return ()
         return tuple(sorted((h.view for h in held), key=lambda v: v.provider))
 
-    async def circuit_close(self, name: str, *, actor: str | None = None) -> ProviderHealth:
+    async def circuit_close(self, name: str, *, actor: str | None = None) -> Circuit:
         """Close the provider's circuit now (an operator knows it is back): its notifications
         are leased again at once, by every worker once it reads the store. Audited as
         ``provider.resume`` by ``actor`` (the engine's own by default). Raises NotFound for an

@@ -364,7 +364,7 @@ class Engine(
 
         async def empty() -> bool:
             while self.state in (EngineState.RUNNING, EngineState.PAUSED):
-                depth = await self.store.queue.depth()
+                depth = await self.store.notifications.depth()
                 busy = any(
                     r.count
                     for r in depth
@@ -413,7 +413,7 @@ class Engine(
         the store)."""
         if view is not None:
             return await self._snapshot_of(view, with_workers)
-        depth = await self.store.queue.depth()
+        depth = await self.store.notifications.depth()
         now = self.clock.wall()
         workers = [w.id for w in await self.workers()] if with_workers else []
         full = build_snapshot(

@@ -260,12 +260,12 @@ class NotificationsPart(EngineParts):
         self, tenant: str, *, state: NotificationState | None = None, limit: int = 100
     ) -> list[NotificationView]:
         tenant_id, _ = await self._ids(tenant)
-        return await self.store.queue.list_by_tenant(tenant_id, state=state, limit=limit)
+        return await self.store.notifications.list_by_tenant(tenant_id, state=state, limit=limit)
 
     async def deliveries(self, tenant: str, *, limit: int = 100) -> list[DeliveryEntry]:
         """The tenant's newest send attempts (the delivery log), newest first."""
         tenant_id, _ = await self._ids(tenant)
-        return await self.store.queue.deliveries(tenant_id, limit=limit)
+        return await self.store.notifications.deliveries(tenant_id, limit=limit)
 
     async def dead(
         self, tenant: str | None = None, *, limit: int = 1000
@@ -300,7 +300,7 @@ class NotificationsPart(EngineParts):
         ``Conflict``, with its ``state``) when it is not queued."""
         tenant_id, _ = await self._ids(tenant)
         now = self.clock.wall()
-        view = await self.store.queue.cancel(tenant_id, notification_id, now=now)
+        view = await self.store.notifications.cancel(tenant_id, notification_id, now=now)
         detail = {"id": notification_id}
         await self.store.audit.write(self.actor, "notification.cancel", tenant_id, detail, now=now)
         # The dispatcher's book may count the row as due: the look this asks for corrects it
@@ -318,11 +318,11 @@ class NotificationsPart(EngineParts):
             now = self.clock.wall()
             suppressed = 0
             if action == "dead.retry":
-                count, suppressed = await self.store.queue.dead_retry_counts(
+                count, suppressed = await self.store.notifications.dead_retry_counts(
                     tenant_id, ids, now=now
                 )
             else:
-                count = await self.store.queue.dead_discard(tenant_id, ids)
+                count = await self.store.notifications.dead_discard(tenant_id, ids)
             if count or suppressed:
                 detail: dict[str, object] = {
                     "count": count,

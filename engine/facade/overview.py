@@ -51,7 +51,7 @@ class OverviewPart(EngineParts):
             if one is NotificationState.QUEUED:
                 overview = await self.store.overview.overview(QUEUED_FROM_TENANTS)
                 for tenant_id, _queued in overview.deepest:
-                    found += await self.store.queue.list_by_tenant(
+                    found += await self.store.notifications.list_by_tenant(
                         tenant_id, state=one, limit=limit
                     )
             else:

@@ -38,7 +38,7 @@ class RequestsPart(EngineParts):
         """The tenant's notification ``notification_id``; another tenant's id is not found,
         in the same words as a missing one."""
         tenant_id, _ = await self._ids(tenant)
-        found = await self.store.queue.get(tenant_id, notification_id)
+        found = await self.store.notifications.get(tenant_id, notification_id)
         if found is None:
             raise NotFound(f"there is no notification {notification_id} for this tenant.")
         return found
@@ -62,7 +62,7 @@ class RequestsPart(EngineParts):
             provider_id = self.directory.provider_id(provider)
             if provider_id is None:
                 _, provider_id = await self._ids(tenant, provider)
-        return await self.store.queue.page(
+        return await self.store.notifications.page(
             tenant_id, state=state, provider_id=provider_id, before_id=before, limit=limit
         )
 
@@ -99,7 +99,7 @@ class RequestsPart(EngineParts):
     async def queued_count(self, tenant: str) -> int:
         """How many notifications ``tenant`` holds queued (from the kept counts)."""
         tenant_id, _ = await self._ids(tenant)
-        return await self.store.queue.queued_of(tenant_id)
+        return await self.store.notifications.queued_of(tenant_id)
 
     # -- idempotent requests ----------------------------------------------------------------
 

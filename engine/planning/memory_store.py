@@ -17,10 +17,10 @@ import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from engine.core.circuit import Health, closed
+from engine.core.circuit import CircuitRecord, closed
 from engine.core.domain import BucketKey, Limit, NotificationState, Outcome
 from engine.store.circuits import Transition
-from engine.store.reads import DUE_CAP
+from engine.store.counts import DUE_CAP
 from engine.store.records import (
     Completion,
     DuePair,
@@ -367,9 +367,9 @@ class MemoryCircuits:
 
     def __init__(self, names: Mapping[int, str]) -> None:
         self._names = dict(names)
-        self._health: dict[int, Health] = {}
+        self._health: dict[int, CircuitRecord] = {}
 
-    async def all(self) -> dict[int, Health]:
+    async def all(self) -> dict[int, CircuitRecord]:
         return {pid: self._health.get(pid) or closed(name) for pid, name in self._names.items()}
 
     async def change(
@@ -379,7 +379,7 @@ class MemoryCircuits:
         *,
         now: float,
         audit: tuple[str, str] | None = None,
-    ) -> tuple[Health, bool]:
+    ) -> tuple[CircuitRecord, bool]:
         before = self._health.get(provider_id) or closed(self._names[provider_id])
         after = transition(before)
         if after is None:

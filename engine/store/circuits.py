@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from engine.core.circuit import CircuitState, Health, ProviderHealth, closed
+from engine.core.circuit import Circuit, CircuitRecord, CircuitState, closed
 from engine.core.errors import NotFound
 from engine.store.audit import write_audit
 from engine.store.database import Database
@@ -24,7 +24,7 @@ __all__ = ["CircuitsRepo", "Transition"]
 
 H = provider_health
 # Computes the row after a change from the row before; None leaves it as it is.
-Transition = Callable[[Health], Health | None]
+Transition = Callable[[CircuitRecord], CircuitRecord | None]
 
 
 class CircuitsRepo:
@@ -32,13 +32,13 @@ class CircuitsRepo:
         self._db = db
         self._insert = db.insert
 
-    async def all(self) -> dict[int, Health]:
+    async def all(self) -> dict[int, CircuitRecord]:
         """Every provider's circuit by provider id (closed for one never seen failing)."""
         query = sa.select(providers.c.id, providers.c.name, H).select_from(
             providers.outerjoin(H, H.c.provider_id == providers.c.id)
         )
 
-        async def tx(conn: AsyncConnection) -> dict[int, Health]:
+        async def tx(conn: AsyncConnection) -> dict[int, CircuitRecord]:
             return {row.id: _health(row) for row in await conn.execute(query)}
 
         return await self._db.read(tx)
@@ -50,12 +50,12 @@ class CircuitsRepo:
         *,
         now: float,
         audit: tuple[str, str] | None = None,
-    ) -> tuple[Health, bool]:
+    ) -> tuple[CircuitRecord, bool]:
         """Apply ``transition`` to the provider's row as it is now; returns the row after, and
         whether ``transition`` changed it. ``audit`` = (actor, action) records the change in
         the audit log in the same transaction. Raises NotFound for an unknown provider."""
 
-        async def tx(conn: AsyncConnection) -> tuple[Health, bool]:
+        async def tx(conn: AsyncConnection) -> tuple[CircuitRecord, bool]:
             await conn.execute(
                 self._insert(H)
                 .values(provider_id=provider_id, state=CircuitState.CLOSED.value, updated_at=now)
@@ -87,10 +87,10 @@ class CircuitsRepo:
         return await self._db.write(tx)
 
 
-def _health(row: sa.Row[Any]) -> Health:
+def _health(row: sa.Row[Any]) -> CircuitRecord:
     if row.state is None:
         return closed(row.name)
-    view = ProviderHealth(
+    view = Circuit(
         provider=row.name,
         state=CircuitState(row.state),
         since=row.since,
@@ -98,7 +98,7 @@ def _health(row: sa.Row[Any]) -> Health:
         next_probe_at=row.next_probe_at,
         failures=int(row.failures or 0),
     )
-    return Health(
+    return CircuitRecord(
         view,
         trips=int(row.trips or 0),
         probe_owner=row.probe_owner,
@@ -106,7 +106,7 @@ def _health(row: sa.Row[Any]) -> Health:
     )
 
 
-def _row(h: Health, now: float) -> dict[str, Any]:
+def _row(h: CircuitRecord, now: float) -> dict[str, Any]:
     return {
         "state": h.view.state.value,
         "since": h.view.since,

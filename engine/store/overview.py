@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from engine.core.crypto import SecretBox
 from engine.core.domain import NotificationState, Outcome
 from engine.store.database import Database
-from engine.store.reads import view_of
+from engine.store.notifications import view_of
 from engine.store.records import DeliveryEntry, DepthRow, NotificationView
 from engine.store.schema import (
     audit_log,
@@ -61,7 +61,7 @@ class OverviewReads:
         self._box = box
 
     async def depth_of(self, tenant_ids: Sequence[int]) -> list[DepthRow]:
-        """``QueueReads.depth`` for ``tenant_ids`` only: their rows of the counts (a range of
+        """``NotificationsRepo.depth`` for ``tenant_ids`` only: their rows of the counts (a range of
         its primary key each) and, for those with queued work, one index entry each."""
         wanted = sorted(set(tenant_ids))
         if not wanted:

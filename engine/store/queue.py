@@ -1,7 +1,9 @@
-"""The notification queue: idempotent enqueue, fenced leases, completions, dead letters.
+"""The notification queue as the dispatcher uses it: idempotent enqueue, fenced leases,
+completions, and the reads of which (tenant, provider) pairs have due work.
 
 Every read or write of notification data takes the tenant's id, except the lease operations,
-which are keyed by the lease owner and attempt they hold.
+which are keyed by the lease owner and attempt they hold. A tenant's notifications as people
+see them, and the repairs of dead letters, are ``NotificationsRepo``'s (``notifications.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from engine.core.crypto import SecretBox
 from engine.core.domain import NotificationState
 from engine.core.errors import SecretUnreadable
 from engine.store import pg_hot, sqlite_hot
@@ -24,16 +27,28 @@ from engine.store.completions import (
     apply_one,
     log_row,
 )
+from engine.store.counts import (
+    PAIRS_PER_QUERY,
+    PROBE_SIZES,
+    QUEUED_COUNTS,
+    count_entry,
+    counts,
+    due_probes,
+    queued_counts_of,
+)
+from engine.store.database import Database, in_parts
 from engine.store.leases import reap_statement, renew_statement
 from engine.store.notify import CHANNEL
 from engine.store.payloads import payload_texts
 from engine.store.records import (
     Completion,
+    DuePair,
+    Enqueue,
     EnqueueResult,
     Leased,
     NotificationRow,
+    Share,
 )
-from engine.store.repairs import QueueRepairs
 from engine.store.schema import notifications
 from engine.store.suppressions import by_item, lazy_digests, record_gone
 
@@ -47,9 +62,15 @@ _DEAD = NotificationState.DEAD.value
 _SCHEDULED = NotificationState.SCHEDULED.value
 
 
-class QueueRepo(QueueRepairs):
-    """The queue: the reads of ``QueueReads``, the repairs of ``QueueRepairs`` and every
-    other write."""
+class QueueRepo:
+    """The queue as the dispatcher uses it: enqueues, leases and their completions, and the
+    reads that tell it which pairs have due work (from the kept counts, ``counts.py``)."""
+
+    def __init__(self, db: Database, box: SecretBox) -> None:
+        self._db = db
+        self._box = box
+        # Postgres: the tenants found to keep a suppression list (pg_hot.enqueue).
+        self._listed: set[int] = set()
 
     # -- enqueue ----------------------------------------------------------------------------
 
@@ -344,6 +365,114 @@ class QueueRepo(QueueRepairs):
             return int((await conn.execute(reap_statement(now))).rowcount)
 
         return await self._db.write(tx)
+
+    # -- the dispatcher's reads ------------------------------------------------------------
+
+    async def due_pairs(
+        self,
+        now: float,
+        tenant_ids: Sequence[int] | None = None,
+        *,
+        pairs: Sequence[tuple[int, int]] | None = None,
+    ) -> list[DuePair]:
+        """Every (tenant, provider) pair with queued work, or only those of ``pairs`` that
+        have some: how much is due now (counted up to ``DUE_CAP``: the dispatcher only needs
+        to know there is at least a batch), when the next falls due, and its queued rows in
+        the kept counts. Reads the counts (all pairs) and, per pair, at most ``DUE_CAP`` index
+        entries, however deep the queue. The dispatcher asks for ``pairs`` only (those whose
+        count ran out); a look at every pair is for tools and tests."""
+
+        async def tx(conn: AsyncConnection) -> list[DuePair]:
+            probed = list(pairs) if pairs is not None else None
+            if probed is None:
+                probed = [(t, p) for t, p, state, _n in await counts(conn) if state == _QUEUED]
+            probed = [(t, p) for t, p in probed if tenant_ids is None or t in tenant_ids]
+            found: list[DuePair] = []
+            for start in range(0, len(probed), PAIRS_PER_QUERY):
+                chunk = probed[start : start + PAIRS_PER_QUERY]
+                # Padded with its last pair to one of a few sizes: each size is compiled once.
+                size = next(n for n in PROBE_SIZES if n >= len(chunk))
+                chunk += [chunk[-1]] * (size - len(chunk))
+                params: dict[str, Any] = {"now": now}
+                for i, (t, p) in enumerate(chunk):
+                    params[f"t{i}"], params[f"p{i}"] = t, p
+                rows = await conn.execute(due_probes(size), params)
+                found.extend(
+                    DuePair(r[0], r[1], int(r[2]), float(r[3]), int(r[4] or 0))
+                    for r in rows
+                    if r[3] is not None  # the count ran ahead of a concurrent claim
+                )
+            return list({(d.tenant_id, d.provider_id): d for d in found}.values())
+
+        return await self._db.read(tx) if tenant_ids is None or tenant_ids else []
+
+    async def queued_counts(self, share: Share | None = None) -> dict[tuple[int, int], int]:
+        """Queued rows per (tenant, provider) with any, from the kept counts: one read of
+        ``queue_counts`` (its rows in the queued state), however deep the queue. With
+        ``share``, only the pairs of that worker's part of the tenants and the deep ones: the
+        rest are never sent to it, nor read into rows."""
+        query = QUEUED_COUNTS if share is None else queued_counts_of(share)
+
+        async def tx(conn: AsyncConnection) -> dict[tuple[int, int], int]:
+            return dict(await in_parts(conn, query, count_entry, raw=True))  # the loop turns
+
+        return await self._db.read(tx)
+
+    async def providers_with_work(self) -> dict[int, bool]:
+        """Each provider with queued or leased notifications, and whether any are leased (in
+        flight): read from the counts, whatever the queue holds."""
+
+        async def tx(conn: AsyncConnection) -> dict[int, bool]:
+            found: dict[int, bool] = {}
+            for _t, p, state, n in await counts(conn):
+                if n > 0 and state in (_QUEUED, _LEASED):
+                    found[p] = found.get(p, False) or state == _LEASED
+            return found
+
+        return await self._db.read(tx)
+
+    async def backlog(self) -> dict[tuple[int, int], int]:
+        """Queued and leased notifications per (tenant, provider), from the counts."""
+
+        async def tx(conn: AsyncConnection) -> dict[tuple[int, int], int]:
+            found: dict[tuple[int, int], int] = {}
+            for t, p, state, n in await counts(conn):
+                if n > 0 and state in (_QUEUED, _LEASED):
+                    found[t, p] = found.get((t, p), 0) + n
+            return found
+
+        return await self._db.read(tx)
+
+    async def enqueues_since(self, since: float, limit: int) -> list[Enqueue]:
+        """The notifications enqueued at or after ``since`` (unix s) that the store still
+        keeps, oldest first, at most ``limit``. Ids grow with enqueue time, so the first one
+        is found by a binary search over the primary key (a few dozen point reads) and the
+        rest are one range of it: the cost follows the window, not the store."""
+        probe = sa.select(N.c.id, N.c.enqueued_at).order_by(N.c.id).limit(1)
+
+        async def tx(conn: AsyncConnection) -> list[Enqueue]:
+            bounds = (await conn.execute(sa.select(sa.func.min(N.c.id), sa.func.max(N.c.id)))).one()
+            if bounds[0] is None:
+                return []
+            lo, hi = int(bounds[0]), int(bounds[1]) + 1
+            while lo < hi:  # the first id whose row (or the next kept one) is recent enough
+                mid = (lo + hi) // 2
+                row = (await conn.execute(probe.where(N.c.id >= mid))).first()
+                if row is None or row.enqueued_at >= since:
+                    hi = mid
+                else:
+                    lo = int(row.id) + 1
+            query = (
+                sa.select(N.c.enqueued_at, N.c.tenant_id, N.c.provider_id, N.c.priority)
+                .where((N.c.id >= lo) & (N.c.enqueued_at >= since))
+                .order_by(N.c.id)
+                .limit(limit)
+            )
+            rows = [Enqueue(r[0], r[1], r[2], r[3]) for r in await conn.execute(query)]
+            rows.sort(key=lambda e: e.enqueued_at)
+            return rows
+
+        return await self._db.read(tx)
 
 
 def _results(

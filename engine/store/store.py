@@ -21,6 +21,7 @@ from engine.store.database import Database, masked_url, normalize_url
 from engine.store.endpoints import EndpointsRepo
 from engine.store.lifetimes import LifetimesRepo
 from engine.store.maintenance import MaintenanceRepo
+from engine.store.notifications import NotificationsRepo
 from engine.store.notify import listen
 from engine.store.outbox import OutboxRepo
 from engine.store.overview import OverviewReads
@@ -62,7 +63,8 @@ class Store:
         self.config = ConfigRepo(self._db, box)
         self.workers = WorkersRepo(self._db)
         self.audit = AuditRepo(self._db)
-        self.queue = QueueRepo(self._db, box)
+        self.queue = QueueRepo(self._db, box)  # as the dispatcher uses it
+        self.notifications = NotificationsRepo(self._db, box)  # as people see them, repairs
         self.lifetimes = LifetimesRepo(self._db)  # scheduled rows falling due, deadlines passing
         self.stats = StatsRepo(self._db)
         self.circuits = CircuitsRepo(self._db)

@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from engine.core.circuit import ProviderHealth
+from engine.core.circuit import Circuit
 from engine.core.clock import Clock
 from engine.core.domain import BucketLevel, NotificationState, Outcome
 from engine.store.records import Completion, DepthRow, ProviderRecord, TenantRecord
@@ -129,7 +129,7 @@ class Snapshot:
     workers: tuple[str, ...] = field(default_factory=tuple)
     failure: str | None = None
     # Every provider's circuit as this engine last saw it (no store read), by provider name.
-    health: tuple[ProviderHealth, ...] = ()
+    health: tuple[Circuit, ...] = ()
     # Cumulative, for a scraper (app/metrics.py): outcomes per (tenant, provider), provider
     # call durations and enqueue-to-delivery latencies per provider.
     outcomes: tuple[PairCounts, ...] = ()
@@ -385,7 +385,7 @@ def build_snapshot(
     limiter_backend: str,
     workers: Iterable[str] = (),
     failure: str | None = None,
-    health: Iterable[ProviderHealth] = (),
+    health: Iterable[Circuit] = (),
     picks: BucketPicks | None = None,
     queue: QueueTotals | None = None,
     deepest: tuple[TenantDepth, ...] = (),

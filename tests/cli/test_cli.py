@@ -254,9 +254,9 @@ def test_worker_delivers_each_notification_once_through_a_file_provider(
     run = cli("worker", "--until-empty", "--concurrency", "4", "--lease-s", "10", "--prefetch", "0")
     assert run.code == 0, run.err
     assert "delivered 40 " in run.out
-    # Its last word on its own work: loop stalls, claims, keys that found nothing (one worker:
+    # Its last word on its own work: loop stalls, claims, pairs that found nothing (one worker:
     # none), the limiter it ended on.
-    work = re.search(r"longest loop stall \d+ ms; (\d+) claims, (\d+) keys found nothing", run.err)
+    work = re.search(r"longest loop stall \d+ ms; (\d+) claims, (\d+) pairs found nothing", run.err)
     assert work is not None, run.err
     assert int(work.group(1)) >= 1 and int(work.group(2)) == 0
     assert "limiter local" in run.err

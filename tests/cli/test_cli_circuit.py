@@ -33,7 +33,7 @@ def test_provider_list_and_stats_show_an_open_circuit_and_resume_closes_it(cli: 
     assert "ConnectionRefused" in health["last_error"] or "Connect" in health["last_error"]
     assert health["next_probe_at"] > health["since"]
     text = cli.ok("provider", "list")
-    assert "HEALTH" in text and "open (probe in 5" in text  # of circuit_backoff_s=600
+    assert "CIRCUIT" in text and "open (probe in 5" in text  # of circuit_backoff_s=600
 
     stats = cli.json("stats")
     assert [(h["provider"], h["state"]) for h in stats["health"]] == [("mail", "open")]

@@ -39,6 +39,7 @@ from engine import (
     BUILTIN_KINDS,
     BucketKey,
     BucketLevel,
+    Circuit,
     CircuitState,
     ConfigError,
     Counters,
@@ -48,7 +49,6 @@ from engine import (
     Limit,
     LocalLimiter,
     Outcome,
-    ProviderHealth,
     QueueTotals,
     SecretBox,
     Snapshot,
@@ -140,8 +140,8 @@ def known_snapshot(ts: float = 1_000.0) -> Snapshot:
         latency_p99_s=None,
         loop_lag_s=0.25,
         health=(
-            ProviderHealth("sms", CircuitState.OPEN, since=990.0, last_error="refused", failures=3),
-            ProviderHealth("mail", CircuitState.CLOSED),
+            Circuit("sms", CircuitState.OPEN, since=990.0, last_error="refused", failures=3),
+            Circuit("mail", CircuitState.CLOSED),
         ),
         outcomes=(
             PairCounts("acme", "sms", delivered=40, throttled=2, failed=1, dead=1),

@@ -183,7 +183,7 @@ async def open_engine(
 
 async def depth(store: Store) -> dict[str, int]:
     counts = dict.fromkeys(("queued", "leased", "delivered", "dead"), 0)
-    for row in await store.queue.depth():
+    for row in await store.notifications.depth():
         counts[row.state.value] += row.count
     return counts
 
@@ -192,7 +192,7 @@ async def counts_and_recount(url: str) -> tuple[list[DepthRow], list[DepthRow]]:
     """The kept counts and a full recount, read by a store of its own (any key will do:
     neither decrypts anything)."""
     async with Store(url, SecretBox([SecretBox.generate_key()])) as store:
-        return await store.queue.depth(), await store.queue.recount()
+        return await store.notifications.depth(), await store.notifications.recount()
 
 
 # -- b: Postgres connections terminated ------------------------------------------------------
@@ -252,7 +252,7 @@ async def test_terminated_postgres_connections_heal(
     finally:
         await engine.close()
     assert await depth(store) == {"queued": 0, "leased": 0, "delivered": TERMINATE_COUNT, "dead": 0}
-    assert await store.queue.depth() == await store.queue.recount()
+    assert await store.notifications.depth() == await store.notifications.recount()
     repeats = recorders.check(keys)
     assert "connection lost" in caplog.text, "the terminations hit no connection in use"
     print(f"{len(TERMINATE_AT)} rounds of terminations, {repeats} redeliveries")
@@ -312,7 +312,7 @@ async def test_four_workers_and_a_console_share_one_sqlite_file(
             "delivered": SHARED_COUNT,
             "dead": 0,
         }
-        assert await store.queue.depth() == await store.queue.recount()
+        assert await store.notifications.depth() == await store.notifications.recount()
     outputs = {log.name: log.read_text() for log in logs}
     assert codes == [0] * WORKERS, outputs
     for name, text in [*outputs.items(), ("this process", caplog.text)]:
@@ -402,14 +402,14 @@ async def test_hanging_sends_time_out_while_others_flow(store: Store) -> None:
     assert (health.provider, health.state) == ("stuck", CircuitState.OPEN)
     assert health.failures >= 3 and health.last_error == "provider did not answer in 2.5s"
     assert await depth(store) == {"queued": STUCK, "leased": 0, "delivered": QUICK, "dead": 0}
-    assert await store.queue.depth() == await store.queue.recount()
+    assert await store.notifications.depth() == await store.notifications.recount()
     quick.check(quick_keys)
     assert hanging.seen_by_quick[-1] > 0, "the quick ones waited for the stuck ones"
     assert sorted(a for _, a in hanging.calls) == [1] * STUCK  # no probe yet (600 s away)
     assert not hanging.overlapped and (totals.takeovers, totals.reaped) == (0, 0)
     assert (totals.held, totals.failed, totals.dead) == (STUCK, 0, 0)
     tenant = (await store.config.tenant("acme")).id
-    for view in await store.queue.list_by_tenant(tenant, state=NotificationState.QUEUED):
+    for view in await store.notifications.list_by_tenant(tenant, state=NotificationState.QUEUED):
         assert view.last_error == "provider did not answer in 2.5s", view
         assert view.failures == 0
 
@@ -432,7 +432,7 @@ async def test_stopping_returns_the_leases_of_hanging_sends(store: Store) -> Non
         await engine.close()
     assert hanging.live == 0
     assert await depth(store) == {"queued": STUCK, "leased": 0, "delivered": QUICK, "dead": 0}
-    assert await store.queue.depth() == await store.queue.recount()
+    assert await store.notifications.depth() == await store.notifications.recount()
     tenant = (await store.config.tenant("acme")).id
-    for view in await store.queue.list_by_tenant(tenant, state=NotificationState.QUEUED):
+    for view in await store.notifications.list_by_tenant(tenant, state=NotificationState.QUEUED):
         assert (view.attempt, view.failures) == (1, 0), view

@@ -69,9 +69,9 @@ async def everything(engine: Engine) -> object:
     store = engine.store
     tenants = {t.name: t.id for t in await engine.tenants()}
     return [
-        *[await store.queue.list_by_tenant(tenants[name]) for name in ("acme", "beta")],
-        *[await store.queue.deliveries(tenants[name]) for name in ("acme", "beta")],
-        sorted(await store.queue.depth(), key=lambda r: (r.tenant_id, r.state.value)),
+        *[await store.notifications.list_by_tenant(tenants[name]) for name in ("acme", "beta")],
+        *[await store.notifications.deliveries(tenants[name]) for name in ("acme", "beta")],
+        sorted(await store.notifications.depth(), key=lambda r: (r.tenant_id, r.state.value)),
         await store.audit.entries(),
     ]
 

@@ -39,7 +39,7 @@ async def test_a_listing_sees_every_row_once_while_rows_change_state(store: Stor
     task = asyncio.create_task(flip())
     try:
         for _ in range(200):
-            listed = await store.queue.list_by_tenant(tenant.id, limit=1000)
+            listed = await store.notifications.list_by_tenant(tenant.id, limit=1000)
             assert sorted(v.idempotency_key for v in listed) == sorted(
                 f"k{i}" for i in range(COUNT)
             )

@@ -234,7 +234,7 @@ async def test_what_was_queued_to_a_recipient_is_suppressed_with_it(
     assert views["1"].last_error == SUPPRESSED_DETAIL and views["1"].finished_at is not None
     assert [v.state for v in await engine.notifications("beta")] == [S.QUEUED]
     assert await engine.suppression_add_counts("acme", "p", ["a@x"]) == (0, 0)  # nothing left
-    counts = {(c.tenant_id, c.state): c.count for c in await engine.store.queue.depth()}
+    counts = {(c.tenant_id, c.state): c.count for c in await engine.store.notifications.depth()}
     assert counts[(tenant, S.SUPPRESSED)] == 3
     audit = [a for a in await engine.audit_entries(limit=20) if a.action == "notification.suppress"]
     assert [a.detail for a in audit] == [{"provider": "p", "suppressed": 3}]
@@ -266,7 +266,7 @@ async def test_retention_forgets_old_entries_and_suppressed_notifications(
     assert (await engine.prune()).suppressed == 1
     tenant_id = engine.directory.tenant_id("acme")
     assert tenant_id is not None
-    assert await engine.store.queue.get(tenant_id, suppressed.id) is None
+    assert await engine.store.notifications.get(tenant_id, suppressed.id) is None
     assert Retention().suppressions_s == 365 * 86400.0
     with pytest.raises(ConfigError, match="suppressed recipients"):
         Retention().changed(suppressions_s=-1.0)
@@ -406,6 +406,6 @@ async def test_digests_are_made_only_once_a_tenant_keeps_a_list(
         assert box.digested == 2
         assert await enqueue("e") == [("e", False, False)]
         assert box.digested == 3
-        states = {(r.tenant_id, r.state): r.count for r in await store.queue.depth()}
+        states = {(r.tenant_id, r.state): r.count for r in await store.notifications.depth()}
         queued, suppressed = NotificationState.QUEUED, NotificationState.SUPPRESSED
         assert states == {(tenant, queued): 4, (tenant, suppressed): 1}

@@ -94,7 +94,7 @@ CLOSE_AFTER_DELIVERIES = textwrap.dedent(
 
     async def check():
         async with build_store(ctx.db_url, box) as store:
-            depth = await store.queue.depth()
+            depth = await store.notifications.depth()
             workers = await store.workers.read()
         return {
             "code": code,

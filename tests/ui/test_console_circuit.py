@@ -1,5 +1,5 @@
 """The console shows a provider whose circuit is open where the operator cannot miss it (a red
-banner over every tab, and the providers' Health column), and "Resume now" closes it."""
+banner over every tab, and the providers' Circuit column), and "Resume now" closes it."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from engine import CircuitState, EngineState, NotificationState, ProviderHealth
+from engine import Circuit, CircuitState, EngineState, NotificationState
 from testkit.ui import OFFSCREEN_NOISE, console
-from ui.models import ProvidersModel, health_text
-from ui.views.health import describe
+from ui.models import ProvidersModel, circuit_text
+from ui.views.circuits import describe
 
 pytestmark = pytest.mark.qt_log_ignore(OFFSCREEN_NOISE)
 
@@ -26,7 +26,7 @@ def closed_port() -> int:
 
 
 def test_the_banner_names_the_provider_why_and_the_next_probe() -> None:
-    health = ProviderHealth(
+    health = Circuit(
         "mail", CircuitState.OPEN, 1_000.0, "SMTP <STARTTLS> not supported", 1_030.0, 3
     )
     text = describe(health, now=1_010.0)
@@ -34,11 +34,11 @@ def test_the_banner_names_the_provider_why_and_the_next_probe() -> None:
     assert "after 3 failures: SMTP &lt;STARTTLS&gt; not supported" in text
     assert "10.0 s ago" in text and "Next probe in 20.0 s." in text
     assert "Next probe is due now." in describe(health, now=1_030.5)
-    probing = ProviderHealth("mail", CircuitState.HALF_OPEN, 1_000.0, "", None, 3)
+    probing = Circuit("mail", CircuitState.HALF_OPEN, 1_000.0, "", None, 3)
     assert "is probing" in describe(probing, now=1_010.0)
-    assert health_text(None, 0.0) == "closed"
-    assert health_text(health, 1_010.0) == "open, probe in 20.0 s"
-    assert health_text(probing, 1_010.0) == "half-open (probing)"
+    assert circuit_text(None, 0.0) == "closed"
+    assert circuit_text(health, 1_010.0) == "open, probe in 20.0 s"
+    assert circuit_text(probing, 1_010.0) == "half-open (probing)"
 
 
 @pytest.mark.slow
@@ -69,14 +69,14 @@ def test_an_open_circuit_shows_and_resume_now_closes_it(qtbot: QtBot, tmp_path: 
         model = window.providers_view.model
         assert isinstance(model, ProvidersModel)
         row = next(i for i, p in enumerate(model.rows) if p.name == "hook")
-        cell = model.index(row, ProvidersModel.HEALTH)
+        cell = model.index(row, ProvidersModel.CIRCUIT)
         assert str(model.data(cell)).startswith("open, probe in")
         assert "failures in a row" in str(model.data(cell, Qt.ItemDataRole.ToolTipRole))
         window.grab().save(str(tmp_path / "circuit.png"))
         window.tabs.setCurrentWidget(window.providers_view)
         window.grab().save(str(tmp_path / "circuit-providers.png"))
 
-        depth = {d.state: d.count for d in c.run(c.engine.store.queue.depth())}
+        depth = {d.state: d.count for d in c.run(c.engine.store.notifications.depth())}
         assert depth.get(NotificationState.DEAD, 0) == 0
         assert depth.get(NotificationState.QUEUED, 0) + depth.get(NotificationState.LEASED, 0)
 

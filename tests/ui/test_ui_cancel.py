@@ -38,7 +38,7 @@ def test_cancelling_selected_queued_rows_from_the_queue_view(qtbot: QtBot, tmp_p
         c.wait(lambda: queue.model.rowCount() == 2)  # no longer queued
         tenant_id = c.engine.directory.tenant_id("globex")
         assert tenant_id is not None
-        gone = c.run(c.engine.store.queue.get(tenant_id, chosen[0]))
+        gone = c.run(c.engine.store.notifications.get(tenant_id, chosen[0]))
         assert gone is not None and gone.state is NotificationState.CANCELLED
         audit = c.run(c.engine.store.audit.entries(limit=1))
         assert (audit[0].action, audit[0].actor) == ("notification.cancel", "console:test")
@@ -68,5 +68,5 @@ def test_a_row_that_is_no_longer_queued_is_said_in_one_sentence(
         ]
         tenant_id = c.engine.directory.tenant_id("globex")
         assert tenant_id is not None
-        done = c.run(c.engine.store.queue.get(tenant_id, first))
+        done = c.run(c.engine.store.notifications.get(tenant_id, first))
         assert done is not None and done.state is NotificationState.CANCELLED

@@ -122,7 +122,7 @@ def test_retrying_a_dead_notification_from_the_table_delivers_it(
         def state(nid: int) -> NotificationState | None:
             tenant_id = c.engine.directory.tenant_id("globex")
             assert tenant_id is not None
-            view = c.run(c.engine.store.queue.get(tenant_id, nid))
+            view = c.run(c.engine.store.notifications.get(tenant_id, nid))
             return None if view is None else view.state
 
         c.wait(lambda: state(chosen[0]) is NotificationState.DELIVERED)

@@ -57,7 +57,7 @@ class ProvidersView(QWidget):
         self._providers: dict[str, ProviderRecord] = {}
         self._build()
         bridge.providers_changed.connect(self.set_providers)
-        bridge.sampled.connect(lambda snap: self.model.set_health(snap.health))
+        bridge.sampled.connect(lambda snap: self.model.set_circuits(snap.health))
         bridge.test_sent.connect(self.test_result.setText)
 
     def _build(self) -> None:

@@ -163,7 +163,7 @@ async def test_a_missing_id_and_another_tenants_id_are_the_same_not_found(
     )
     beta = engine.directory.tenant_id("beta")
     assert beta is not None
-    states = [(await engine.store.queue.get(beta, i)) for i in (queued, finished)]
+    states = [(await engine.store.notifications.get(beta, i)) for i in (queued, finished)]
     assert [v.state for v in states if v is not None] == [QUEUED, CANCELLED]
     assert (await view(engine, mine)).state is QUEUED
 
@@ -240,7 +240,7 @@ async def _cancelled_rows(store: Store, ages_d: Sequence[float]) -> tuple[int, l
         tenant, [new_notification(provider, f"k{i}") for i in range(len(ages_d))], now=T0 - 60 * DAY
     )
     for row, age_d in zip(made, ages_d, strict=True):
-        await store.queue.cancel(tenant, row.id, now=T0 - age_d * DAY)
+        await store.notifications.cancel(tenant, row.id, now=T0 - age_d * DAY)
     return tenant, [r.id for r in made]
 
 
@@ -264,9 +264,9 @@ async def test_retention_deletes_cancelled_rows_by_the_dead_letter_window(
     report = await store.maintenance.prune(retention, now=T0)
     assert report == PruneReport(cancelled=gone)
     assert report.total == gone
-    kept = [i for i, _ in zip(ids, ages_d, strict=True) if await store.queue.get(tenant, i)]
+    kept = [i for i, _ in zip(ids, ages_d, strict=True) if await store.notifications.get(tenant, i)]
     assert kept == [i for i, age in zip(ids, ages_d, strict=True) if age in kept_ages_d]
-    assert await store.queue.depth() == await store.queue.recount()
+    assert await store.notifications.depth() == await store.notifications.recount()
 
 
 async def test_cancelled_notifications_are_counted(engines: VirtualEngines) -> None:
@@ -274,7 +274,7 @@ async def test_cancelled_notifications_are_counted(engines: VirtualEngines) -> N
     ids = await setup(engine, 3)
     for nid in ids[:2]:
         await engine.notification_cancel("acme", nid)
-    assert await engine.store.queue.depth() == await engine.store.queue.recount()
+    assert await engine.store.notifications.depth() == await engine.store.notifications.recount()
     snap = await engine.snapshot()
     [acme] = snap.depth
     assert (acme.tenant, acme.queued, acme.cancelled) == ("acme", 1, 2)

@@ -127,7 +127,7 @@ async def test_a_send_that_does_not_answer_times_out_and_is_held_without_spendin
     assert (health.state, health.failures) == (CircuitState.CLOSED, 0)
     tenant_id = engine.directory.tenant_id("acme")
     assert tenant_id is not None
-    log = await engine.store.queue.deliveries(tenant_id, notification_id=nid)
+    log = await engine.store.notifications.deliveries(tenant_id, notification_id=nid)
     assert "did not answer in 30s" in min(log, key=lambda e: e.id).detail
 
 

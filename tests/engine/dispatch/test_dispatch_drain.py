@@ -87,7 +87,7 @@ async def test_real_time_twenty_workers_drain_three_hundred_exactly_once(
         tenant_id = engines[0].directory.tenant_id("acme")
         assert tenant_id is not None
         assert await counts(store) == {(tenant_id, NotificationState.DELIVERED): 300}
-        log = await store.queue.deliveries(tenant_id, limit=1000)
+        log = await store.notifications.deliveries(tenant_id, limit=1000)
         assert len({entry.notification_id for entry in log}) == len(log) == 300
         assert {entry.outcome for entry in log} == {Outcome.DELIVERED}
         # The work was shared (with instant sends, one worker whose claims come back first
@@ -166,7 +166,7 @@ async def test_a_big_backlog_does_not_delay_a_small_tenant(
 
     assert took_s < 35 / 20.0 + 0.25, f"small took {took_s:.2f}s behind big's backlog"
     assert big_left > 0.25 * big_n, "big drained too soon for this test to mean anything"
-    sends = [e.ts for e in await store.queue.deliveries(small_id, limit=100)]
+    sends = [e.ts for e in await store.notifications.deliveries(small_id, limit=100)]
     assert len(sends) == 40
     check_envelope(sends, 20.0, 5.0, windows=(0.5, 1.0))
     assert max(sends) - min(sends) >= 35 / 20.0 - 1e-6  # small's own limit held it

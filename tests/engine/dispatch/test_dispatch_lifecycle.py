@@ -138,7 +138,7 @@ def live_tasks() -> set[str]:
 
 async def states(engine: Engine) -> dict[NotificationState, int]:
     found: dict[NotificationState, int] = {}
-    for row in await engine.store.queue.depth():
+    for row in await engine.store.notifications.depth():
         found[row.state] = found.get(row.state, 0) + row.count
     return found
 

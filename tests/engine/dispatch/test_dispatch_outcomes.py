@@ -70,7 +70,7 @@ async def test_a_worker_whose_lease_was_taken_over_cannot_complete(
     assert (row.state, row.attempt, row.failures) == (NotificationState.DELIVERED, 2, 0)
     tenant_id = first.directory.tenant_id("acme")
     assert tenant_id is not None
-    log = await first.store.queue.deliveries(tenant_id, notification_id=nid)
+    log = await first.store.notifications.deliveries(tenant_id, notification_id=nid)
     assert [(e.outcome, e.attempt, e.worker) for e in log] == [
         (Outcome.DELIVERED, 2, second.worker_id)
     ]

@@ -175,7 +175,7 @@ async def test_a_paced_tenant_beside_one_leasing_ahead_keeps_its_pace_and_its_to
     # send that runs long still leaves one stale now and then (taken again, never reused):
     # 2 with one claim per key, 3 on Postgres since a round serves a line's keys together.
     assert engine.totals().stale_tokens <= 3
-    sends = [e.ts for e in await store.queue.deliveries(small, limit=100)]
+    sends = [e.ts for e in await store.notifications.deliveries(small, limit=100)]
     check_envelope(sends, 20.0, 2.0, windows=(0.25, 0.5, 1.0))
 
 

@@ -60,7 +60,7 @@ async def test_a_scheduled_notification_waits_for_its_time_then_leaves_within_a_
     assert (later.send_at, later.expires_at) == (send_at, None)
     assert now.send_at is None
     assert await _state(engine, later.id) is SCHEDULED
-    depth = {r.state: r.count for r in await engine.store.queue.depth()}
+    depth = {r.state: r.count for r in await engine.store.notifications.depth()}
     assert depth.get(SCHEDULED) == 1 and depth.get(QUEUED) == 1  # not counted as queued
 
     await engine.start()
@@ -292,7 +292,7 @@ async def test_a_bad_time_is_refused_by_index_and_field_with_nothing_written(
         await engine.enqueue_many("acme", [good, item])
     assert (refused.value.index, refused.value.field) == (1, field)
     assert said in refused.value.reason
-    assert await engine.store.queue.depth() == []
+    assert await engine.store.notifications.depth() == []
 
 
 async def test_a_deadline_before_the_send_time_is_refused(
@@ -448,4 +448,4 @@ async def test_many_rows_due_together_are_queued_as_far_ahead_as_their_promotion
 
 
 async def _scheduled(engine: Engine) -> int:
-    return sum(r.count for r in await engine.store.queue.depth() if r.state is SCHEDULED)
+    return sum(r.count for r in await engine.store.notifications.depth() if r.state is SCHEDULED)

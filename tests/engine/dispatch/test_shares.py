@@ -137,7 +137,7 @@ async def test_a_silent_workers_tenants_are_served_once_its_heartbeat_is_old(
     # The ghost's tenants waited for its heartbeat to age out, then went out: nothing starved.
     assert settings.worker_ttl_s - 5 <= took_s < settings.worker_ttl_s + 10, took_s
     assert engine.dispatcher.shares.alone
-    rows = await engine.store.queue.depth()
+    rows = await engine.store.notifications.depth()
     delivered = sum(r.count for r in rows if r.state is NotificationState.DELIVERED)
     assert delivered == 80 and len(script.calls) == 80
 

@@ -113,7 +113,7 @@ async def test_a_plan_predicts_how_many_codes_expire_behind_a_burst(store: Store
 
         await engine.start()
         assert await engine.run_until_empty(timeout_s=60)
-        depth = {r.state: r.count for r in await store.queue.depth()}
+        depth = {r.state: r.count for r in await store.notifications.depth()}
         real = depth.get(NotificationState.EXPIRED, 0)
         what = f"planned {planned.expired} expired, real {real}"
         assert 60 <= real <= 100, what

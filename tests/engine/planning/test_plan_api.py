@@ -28,7 +28,7 @@ from testkit.stores import EngineFactory
 async def _counts(store: Store) -> tuple[object, ...]:
     """Everything a plan could have written: counts, backlog, log, audit, circuits."""
     return (
-        await store.queue.recount(),
+        await store.notifications.recount(),
         await store.queue.backlog(),
         await store.stats.recent_sends(1000),
         await store.audit.entries(limit=1000),

@@ -40,7 +40,7 @@ def done(leased: Leased, state: NotificationState, ts: float = T0 + 1) -> Comple
 async def totals(store: Store) -> tuple[int, int, int, int]:
     """(queued, leased, delivered, dead) over every tenant, from the kept counts."""
     per = dict.fromkeys(NotificationState, 0)
-    for row in await store.queue.depth():
+    for row in await store.notifications.depth():
         per[row.state] += row.count
     return per[QUEUED], per[LEASED], per[DELIVERED], per[DEAD]
 
@@ -135,7 +135,7 @@ async def reap(w: World) -> None:
 
 async def dead_retry(w: World) -> None:
     tenant, _ = w.acme_sms
-    assert await w.store.queue.dead_retry(tenant, None, now=T0 + 20) == 1
+    assert await w.store.notifications.dead_retry(tenant, None, now=T0 + 20) == 1
 
 
 async def kill_two(w: World) -> None:
@@ -147,7 +147,7 @@ async def kill_two(w: World) -> None:
 async def dead_discard(w: World) -> None:
     tenant, _ = w.beta_sms
     first, _ = w.leases["three"]
-    assert await w.store.queue.dead_discard(tenant, [first.id]) == 1
+    assert await w.store.notifications.dead_discard(tenant, [first.id]) == 1
 
 
 async def prune(w: World) -> None:
@@ -178,7 +178,9 @@ async def test_counts_equal_a_recount_after_every_transition(store: Store) -> No
     world = World(store, await make_keys(store))
     for step, expected in STEPS:
         await step(world)
-        assert await store.queue.depth() == await store.queue.recount(), step.__name__
+        assert await store.notifications.depth() == await store.notifications.recount(), (
+            step.__name__
+        )
         assert await totals(store) == expected, step.__name__
     size = await store.maintenance.size()
     assert size.notifications == sum(expected)
@@ -197,7 +199,7 @@ async def test_counts_are_rolled_back_with_a_failed_transaction(store: Store) ->
     await store.queue.enqueue(
         tenant, [new_notification(provider, f"k{n}") for n in range(10)], now=T0
     )
-    before = await store.queue.depth()
+    before = await store.notifications.depth()
 
     # 1,500 good rows, then one naming a provider that does not exist: the rows go in more
     # than one INSERT statement, so the triggers have counted some before the failure.
@@ -206,7 +208,7 @@ async def test_counts_are_rolled_back_with_a_failed_transaction(store: Store) ->
     ]
     with pytest.raises(NotFound):
         await store.queue.enqueue(tenant, items, now=T0)
-    assert await store.queue.depth() == before == await store.queue.recount()
+    assert await store.notifications.depth() == before == await store.notifications.recount()
 
     async def fails_after_a_change(conn: AsyncConnection) -> None:
         await conn.execute(N.update().where(N.c.state == QUEUED.value).values(state=DEAD.value))
@@ -214,7 +216,7 @@ async def test_counts_are_rolled_back_with_a_failed_transaction(store: Store) ->
 
     with pytest.raises(Boom):
         await store._db.write(fails_after_a_change)
-    assert await store.queue.depth() == before == await store.queue.recount()
+    assert await store.notifications.depth() == before == await store.notifications.recount()
 
 
 # -- 10: query plans on a SQLite store with history ------------------------------------------------
@@ -288,7 +290,7 @@ async def _hot_paths(store: Store, tenant: int, provider: int) -> dict[str, list
 
     now = T0
     await run("due_pairs", store.queue.due_pairs(now))
-    await run("depth", store.queue.depth())
+    await run("depth", store.notifications.depth())
     await run(
         "enqueue",
         store.queue.enqueue(
@@ -328,7 +330,7 @@ async def test_hot_paths_stay_on_indexes(tmp_path: Path, box: SecretBox, analyze
     _fill(path, box, tenant, provider, analyze=analyze)
 
     async with Store(url, box) as store:
-        assert await store.queue.depth() == await store.queue.recount()
+        assert await store.notifications.depth() == await store.notifications.recount()
         statements = await _hot_paths(store, tenant, provider)
 
     scans: list[str] = []

@@ -76,7 +76,7 @@ async def test_a_key_committed_elsewhere_while_the_enqueue_waits_is_a_duplicate(
             ("c", True, results[2].id)
         ]
         assert not again[1].duplicate
-        depth = {(r.tenant_id, r.state): r.count for r in await store.queue.depth()}
+        depth = {(r.tenant_id, r.state): r.count for r in await store.notifications.depth()}
         assert depth == {(tenant, NotificationState.QUEUED): 4}  # a, b, c, d
 
 
@@ -157,7 +157,7 @@ async def test_made_up_keys_skip_the_check_and_a_clash_is_still_a_duplicate(
         )
         assert [(r.idempotency_key, r.duplicate) for r in clash] == [("m3", False), ("m1", True)]
         assert clash[1].id == fresh[0].id
-        depth = {(r.tenant_id, r.state): r.count for r in await store.queue.depth()}
+        depth = {(r.tenant_id, r.state): r.count for r in await store.notifications.depth()}
         assert depth == {(tenant, NotificationState.QUEUED): 3}
 
 

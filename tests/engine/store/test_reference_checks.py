@@ -67,7 +67,7 @@ async def test_an_enqueue_naming_a_missing_tenant_or_provider_is_refused_whole(
         for tenant, provider in ((tenant_id + 100, provider_id), (tenant_id, provider_id + 100)):
             with pytest.raises(NotFound):
                 await store.queue.enqueue(tenant, [good, new_notification(provider, "bad")], now=T0)
-        kept = await store.queue.list_by_tenant(tenant_id)
+        kept = await store.notifications.list_by_tenant(tenant_id)
         assert [view.id for view in kept] == [1]  # the first one only: nothing half-written
 
 

@@ -133,7 +133,7 @@ async def ids(store: Store, table: sa.Table) -> set[int]:
 
 
 async def counts_match(store: Store) -> None:
-    assert await store.queue.depth() == await store.queue.recount()
+    assert await store.notifications.depth() == await store.notifications.recount()
 
 
 def open_engine(store: Store, clock: Clock, settings: EngineSettings | None = None) -> Engine:
@@ -422,7 +422,7 @@ async def test_a_pruned_idempotency_key_can_be_used_again(store: Store, keys: Ke
     assert not fresh.duplicate
     # A new notification, not the old one's id again: the kept delivery log names the old id.
     assert fresh.id != first.id, "a pruned notification's id was given to a new one"
-    assert await store.queue.deliveries(tenant, notification_id=fresh.id) == []
+    assert await store.notifications.deliveries(tenant, notification_id=fresh.id) == []
     await counts_match(store)
 
 

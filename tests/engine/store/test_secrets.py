@@ -117,11 +117,11 @@ async def test_sqlite_files_hold_no_plaintext(tmp_path: Path, box: SecretBox) ->
 async def test_read_models_show_secrets_masked(store: Store) -> None:
     n_id = await fill(store)
     tenant = (await store.config.tenant("acme")).id
-    view = await store.queue.get(tenant, n_id)
+    view = await store.notifications.get(tenant, n_id)
     assert view is not None
     assert view.recipient_masked == "a***@e***.com"
     assert "alice" not in repr(view)
-    listing = await store.queue.list_by_tenant(tenant)
+    listing = await store.notifications.list_by_tenant(tenant)
     assert "alice" not in repr(listing)
 
     provider = await store.config.provider("hook")
@@ -217,7 +217,7 @@ async def test_store_reopened_with_rotated_keys(store_url: str) -> None:
         tenant = (await store.config.tenant("acme")).id
 
     async with Store(store_url, SecretBox([new_key, old_key])) as store:
-        view = await store.queue.get(tenant, n_id)
+        view = await store.notifications.get(tenant, n_id)
         assert view is not None and view.recipient_masked == "a***@e***.com"
         assert (await store.config.provider("hook", with_secrets=True)).secrets[
             "token"
@@ -225,7 +225,7 @@ async def test_store_reopened_with_rotated_keys(store_url: str) -> None:
 
     async with Store(store_url, SecretBox([new_key])) as store:
         with pytest.raises(OmniPostError, match="OMNIPOST_KEYS"):
-            await store.queue.get(tenant, n_id)
+            await store.notifications.get(tenant, n_id)
         with pytest.raises(OmniPostError, match="OMNIPOST_KEYS"):
             await store.config.provider("hook")
 

@@ -24,7 +24,7 @@ from engine.store import (
     Store,
     WorkerRecord,
 )
-from engine.store.reads import DUE_CAP
+from engine.store.counts import DUE_CAP
 from testkit.support import new_notification
 
 T0 = 1_700_000_000.0
@@ -55,7 +55,7 @@ async def enqueue_keys(store: Store, tenant: int, provider: int, *keys: str) -> 
 
 
 async def view(store: Store, tenant: int, notification_id: int) -> NotificationView:
-    found = await store.queue.get(tenant, notification_id)
+    found = await store.notifications.get(tenant, notification_id)
     assert found is not None, f"notification {notification_id} is gone"
     return found
 
@@ -393,7 +393,7 @@ async def test_enqueue_is_idempotent_within_and_across_calls(store: Store) -> No
                 ids[key] = result.id
             else:
                 assert result.id == ids[same_as], f"duplicate {key} names another id"
-    views = await store.queue.list_by_tenant(t)
+    views = await store.notifications.list_by_tenant(t)
     assert sorted((v.idempotency_key, v.id) for v in views) == sorted(ids.items())
     assert all(v.state is QUEUED and v.attempt == 0 for v in views)
 
@@ -418,7 +418,7 @@ async def test_enqueue_over_many_chunks_keeps_order(store: Store) -> None:
     assert [r.duplicate for r in results] == [i >= 700 for i in range(1_200)]
     assert all(results[i].id == results[i - 700].id for i in range(700, 1_200))
     assert len({r.id for r in results}) == 700
-    [depth] = await store.queue.depth()
+    [depth] = await store.notifications.depth()
     assert (depth.state, depth.count) == (QUEUED, 700)
 
 
@@ -456,7 +456,7 @@ async def test_enqueue_for_a_missing_tenant_or_provider_is_not_found(store: Stor
             await store.queue.enqueue(
                 tenant, [new_notification(p, "ok"), new_notification(provider, "bad")], now=T0
             )
-        assert await store.queue.depth() == [], f"{what}: all or nothing"
+        assert await store.notifications.depth() == [], f"{what}: all or nothing"
 
 
 # -- claim, renew, release, reap -------------------------------------------------------------
@@ -500,8 +500,8 @@ async def test_claim_order_due_time_limit_and_key(store: Store) -> None:
             assert (item.failures, item.max_attempts, item.enqueued_at) == (0, 5, T0)
             assert (await view(store, t, item.id)).state is LEASED
 
-    untouched = [v for v in await store.queue.list_by_tenant(t) if v.provider_id == other_p]
-    untouched += await store.queue.list_by_tenant(other_t)
+    untouched = [v for v in await store.notifications.list_by_tenant(t) if v.provider_id == other_p]
+    untouched += await store.notifications.list_by_tenant(other_t)
     assert [(v.idempotency_key, v.state) for v in untouched] == [
         ("mail-p9", QUEUED),
         ("beta-p9", QUEUED),
@@ -610,7 +610,7 @@ async def test_release_of_many_is_fenced_lease_by_lease(store: Store) -> None:
         for i, item in enumerate(leased)
     ]
     assert await store.queue.release("w1", given[::-1]) == 1_200  # any order
-    states = {v.id: v.state for v in await store.queue.list_by_tenant(t, limit=2_000)}
+    states = {v.id: v.state for v in await store.notifications.list_by_tenant(t, limit=2_000)}
     assert [i for i, item in enumerate(leased) if states[item.id] is LEASED] == list(stale_at)
     assert sum(state is QUEUED for state in states.values()) == 1_200
 
@@ -642,15 +642,17 @@ async def test_complete_is_fenced_on_owner_and_attempt(store: Store) -> None:
             got = await view(store, t, n_id)
             assert (got.state, got.attempt, got.failures) == (LEASED, 2, 0), f"{path}: {what}"
             assert got.last_error is None, f"{path}: {what}"
-            assert await store.queue.deliveries(t, notification_id=n_id) == [], f"{path}: {what}"
+            assert await store.notifications.deliveries(t, notification_id=n_id) == [], (
+                f"{path}: {what}"
+            )
 
         assert await store.queue.complete([done(current, path)], worker="w2") == [True], path
         assert (await view(store, t, n_id)).state is path
-        [entry] = await store.queue.deliveries(t, notification_id=n_id)
+        [entry] = await store.notifications.deliveries(t, notification_id=n_id)
         assert (entry.attempt, entry.worker) == (2, "w2"), path
         again = await store.queue.complete([done(current, path)], worker="w2")
         assert again == [False], f"{path}: a completion applies once"
-        assert len(await store.queue.deliveries(t, notification_id=n_id)) == 1, path
+        assert len(await store.notifications.deliveries(t, notification_id=n_id)) == 1, path
 
 
 async def test_a_large_delivered_batch_applies_only_the_leases_that_hold(store: Store) -> None:
@@ -677,7 +679,7 @@ async def test_a_large_delivered_batch_applies_only_the_leases_that_hold(store: 
     got = await view(store, t, leased[1].id)
     assert got.state is DELIVERED
     assert got.finished_at == pytest.approx(T0 + 1 + (count - 2) / 1000)
-    log = await store.queue.deliveries(t, limit=2 * count)
+    log = await store.notifications.deliveries(t, limit=2 * count)
     assert len(log) == count - len(stale)
     assert {e.notification_id for e in log} == {item.id for item in leased} - stale
     entry = next(e for e in log if e.notification_id == leased[5].id)
@@ -695,7 +697,7 @@ async def test_complete_a_reaped_but_unclaimed_lease_is_refused(store: Store) ->
     assert await store.queue.reap(T0 + 11) == 1
     assert await store.queue.complete([done(item, DELIVERED)], worker="w1") == [False]
     assert (await view(store, t, item.id)).state is QUEUED
-    assert await store.queue.deliveries(t) == []
+    assert await store.notifications.deliveries(t) == []
 
 
 async def test_complete_writes_each_outcome(store: Store) -> None:
@@ -741,7 +743,7 @@ async def test_complete_writes_each_outcome(store: Store) -> None:
             got.last_error,
         ) == row, key
 
-    log = await store.queue.deliveries(t)
+    log = await store.notifications.deliveries(t)
     assert [(e.notification_id, e.outcome, e.detail, e.attempt, e.worker) for e in log] == [
         (ids["dead"], Outcome.PERMANENT, "bad recipient", 1, "w1"),
         (ids["throttled"], Outcome.THROTTLED, "429", 1, "w1"),
@@ -830,14 +832,14 @@ async def test_due_keys_and_depth(store: Store) -> None:
         got = await store.queue.due_pairs(now, tenant_ids)
         assert sorted(got, key=_due_order) == sorted(expected, key=_due_order), (now, tenant_ids)
 
-    depth = sorted(await store.queue.depth(), key=lambda r: (r.tenant_id, r.state.value))
+    depth = sorted(await store.notifications.depth(), key=lambda r: (r.tenant_id, r.state.value))
     assert depth == [
         DepthRow(acme, QUEUED, 5, T0),
         DepthRow(beta, DEAD, 1, None),
         DepthRow(beta, LEASED, 1, None),
         DepthRow(beta, QUEUED, 2, T0 + 1),
     ]
-    assert depth == await store.queue.recount()
+    assert depth == await store.notifications.recount()
 
 
 async def test_due_count_is_capped_and_depth_is_not(store: Store) -> None:
@@ -847,9 +849,9 @@ async def test_due_count_is_capped_and_depth_is_not(store: Store) -> None:
     total = DUE_CAP + 7
     await store.queue.enqueue(acme, [new_notification(sms, f"k{i}") for i in range(total)], now=T0)
     assert await store.queue.due_pairs(T0, None) == [DuePair(acme, sms, DUE_CAP, T0)]
-    assert await store.queue.depth() == [DepthRow(acme, QUEUED, total, T0)]
+    assert await store.notifications.depth() == [DepthRow(acme, QUEUED, total, T0)]
     await store.queue.claim(acme, sms, 10, owner="w", lease_s=60, now=T0)
-    assert await store.queue.depth() == await store.queue.recount()
+    assert await store.notifications.depth() == await store.notifications.recount()
 
 
 async def test_due_keys_can_look_at_some_keys_only(store: Store) -> None:
@@ -893,9 +895,11 @@ async def test_list_filters_and_pages(store: Store) -> None:
         (DELIVERED, 100, 0, []),
     ]
     for state, limit, after_id, expected in steps:
-        got = await store.queue.list_by_tenant(t, state=state, limit=limit, after_id=after_id)
+        got = await store.notifications.list_by_tenant(
+            t, state=state, limit=limit, after_id=after_id
+        )
         assert [v.id for v in got] == expected, (state, limit, after_id)
-    assert await store.queue.get(t, max(all_ids) + 1) is None
+    assert await store.notifications.get(t, max(all_ids) + 1) is None
 
 
 # -- dead letters ----------------------------------------------------------------------------
@@ -920,7 +924,7 @@ async def test_retry_dead_touches_only_that_tenants_dead_rows(store: Store) -> N
         ("nothing left", acme, None, 0),
     ]
     for what, tenant, ids, count in steps:
-        assert await store.queue.dead_retry(tenant, ids, now=T0 + 50) == count, what
+        assert await store.notifications.dead_retry(tenant, ids, now=T0 + 50) == count, what
 
     for n_id in a_dead:
         got = await view(store, acme, n_id)
@@ -954,9 +958,9 @@ async def test_discard_dead_touches_only_that_tenants_dead_rows(store: Store) ->
         ("nothing left", None, 0, a_queued),
     ]
     for what, ids, count, left in steps:
-        assert await store.queue.dead_discard(acme, ids) == count, what
-        assert [v.id for v in await store.queue.list_by_tenant(acme)] == left, what
-    assert [v.id for v in await store.queue.list_by_tenant(beta)] == b_dead
+        assert await store.notifications.dead_discard(acme, ids) == count, what
+        assert [v.id for v in await store.notifications.list_by_tenant(acme)] == left, what
+    assert [v.id for v in await store.notifications.list_by_tenant(beta)] == b_dead
 
 
 # -- deliveries, workers ---------------------------------------------------------------------
@@ -983,7 +987,7 @@ async def test_deliveries_filter_limit_and_order(store: Store) -> None:
         (max(ids.values()) + 1, 100, []),
     ]
     for notification_id, limit, expected in steps:
-        log = await store.queue.deliveries(t, notification_id=notification_id, limit=limit)
+        log = await store.notifications.deliveries(t, notification_id=notification_id, limit=limit)
         assert [(e.notification_id, e.attempt) for e in log] == expected, (notification_id, limit)
 
 

@@ -58,11 +58,11 @@ async def build(store: Store) -> World:
 async def everything(store: Store, world: World) -> object:
     """What both tenants' data looks like, to check that a probe changed none of it."""
     return [
-        await store.queue.list_by_tenant(world.acme),
-        await store.queue.list_by_tenant(world.beta),
-        await store.queue.deliveries(world.acme),
-        await store.queue.deliveries(world.beta),
-        sorted(await store.queue.depth(), key=lambda r: (r.tenant_id, r.state.value)),
+        await store.notifications.list_by_tenant(world.acme),
+        await store.notifications.list_by_tenant(world.beta),
+        await store.notifications.deliveries(world.acme),
+        await store.notifications.deliveries(world.beta),
+        sorted(await store.notifications.depth(), key=lambda r: (r.tenant_id, r.state.value)),
     ]
 
 
@@ -71,43 +71,47 @@ Probe = Callable[[int], Awaitable[object]]
 
 def probes(store: Store, w: World) -> list[tuple[str, Probe, object]]:
     """(what, a call made with another tenant's id, what it must return)."""
-    queue = store.queue
+    queue, notifications = store.queue, store.notifications
 
     async def listed(other: int) -> list[int]:
-        return [v.id for v in await queue.list_by_tenant(other) if v.id in w.acme_ids]
+        return [v.id for v in await notifications.list_by_tenant(other) if v.id in w.acme_ids]
 
     async def due(other: int) -> list[int]:
         return [k.tenant_id for k in await queue.due_pairs(T0 + 1, [other]) if k.tenant_id != other]
 
     return [
-        ("get queued", lambda other: queue.get(other, w.queued), None),
-        ("get dead", lambda other: queue.get(other, w.dead), None),
-        ("get delivered", lambda other: queue.get(other, w.delivered), None),
+        ("get queued", lambda other: notifications.get(other, w.queued), None),
+        ("get dead", lambda other: notifications.get(other, w.dead), None),
+        ("get delivered", lambda other: notifications.get(other, w.delivered), None),
         ("list", listed, []),
-        ("list dead", lambda other: queue.list_by_tenant(other, state=NotificationState.DEAD), []),
+        (
+            "list dead",
+            lambda other: notifications.list_by_tenant(other, state=NotificationState.DEAD),
+            [],
+        ),
         (
             "list delivered",
-            lambda other: queue.list_by_tenant(other, state=NotificationState.DELIVERED),
+            lambda other: notifications.list_by_tenant(other, state=NotificationState.DELIVERED),
             [],
         ),
-        ("retry dead by id", lambda other: queue.dead_retry(other, [w.dead], now=T0), 0),
-        ("retry any by id", lambda other: queue.dead_retry(other, w.acme_ids, now=T0), 0),
-        ("retry all dead", lambda other: queue.dead_retry(other, None, now=T0), 0),
-        ("discard dead by id", lambda other: queue.dead_discard(other, [w.dead]), 0),
-        ("discard any by id", lambda other: queue.dead_discard(other, w.acme_ids), 0),
-        ("discard all dead", lambda other: queue.dead_discard(other, None), 0),
-        ("deliveries", queue.deliveries, []),
+        ("retry dead by id", lambda other: notifications.dead_retry(other, [w.dead], now=T0), 0),
+        ("retry any by id", lambda other: notifications.dead_retry(other, w.acme_ids, now=T0), 0),
+        ("retry all dead", lambda other: notifications.dead_retry(other, None, now=T0), 0),
+        ("discard dead by id", lambda other: notifications.dead_discard(other, [w.dead]), 0),
+        ("discard any by id", lambda other: notifications.dead_discard(other, w.acme_ids), 0),
+        ("discard all dead", lambda other: notifications.dead_discard(other, None), 0),
+        ("deliveries", notifications.deliveries, []),
         (
             "deliveries of a notification",
-            lambda other: queue.deliveries(other, notification_id=w.delivered),
+            lambda other: notifications.deliveries(other, notification_id=w.delivered),
             [],
         ),
         (
-            "claim of the other tenant's key",
+            "claim of the other tenant's pair",
             lambda other: queue.claim(other, w.sms, 10, owner="x", lease_s=5, now=T0 + 1),
             [],
         ),
-        ("due keys", due, []),
+        ("due pairs", due, []),
     ]
 
 
@@ -124,19 +128,19 @@ async def test_another_tenants_id_reaches_nothing(store: Store) -> None:
 async def test_each_tenant_still_reaches_its_own(store: Store) -> None:
     """The probes above can fail: with the owner's id, the same calls do reach the data."""
     world = await build(store)
-    queue = store.queue
-    assert [v.id for v in await queue.list_by_tenant(world.acme)] == sorted(world.acme_ids)
-    assert (await queue.get(world.beta, world.beta_own)) is not None
-    log_ids = [e.notification_id for e in await queue.deliveries(world.acme)]
+    queue, notifications = store.queue, store.notifications
+    assert [v.id for v in await notifications.list_by_tenant(world.acme)] == sorted(world.acme_ids)
+    assert (await notifications.get(world.beta, world.beta_own)) is not None
+    log_ids = [e.notification_id for e in await notifications.deliveries(world.acme)]
     assert log_ids == [world.delivered, world.dead]
     assert [k.tenant_id for k in await queue.due_pairs(T0 + 1, [world.acme])] == [world.acme]
-    log = await queue.deliveries(world.acme, notification_id=world.delivered)
+    log = await notifications.deliveries(world.acme, notification_id=world.delivered)
     assert [e.outcome for e in log] == [Outcome.DELIVERED]
     [leased] = await queue.claim(world.acme, world.sms, 10, owner="x", lease_s=5, now=T0 + 1)
     assert leased.id == world.queued
-    assert [v.id for v in await queue.list_by_tenant(world.acme, state=NotificationState.DEAD)] == [
-        world.dead
-    ]
-    assert await queue.dead_retry(world.acme, [world.dead], now=T0) == 1
-    assert await queue.dead_discard(world.acme, None) == 0
+    assert [
+        v.id for v in await notifications.list_by_tenant(world.acme, state=NotificationState.DEAD)
+    ] == [world.dead]
+    assert await notifications.dead_retry(world.acme, [world.dead], now=T0) == 1
+    assert await notifications.dead_discard(world.acme, None) == 0
     assert await queue.release("x", [leased]) == 1

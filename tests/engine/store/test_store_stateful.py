@@ -258,7 +258,9 @@ class QueueMachine(RuleBasedStateMachine):
     @rule()
     def dead_retry(self) -> None:
         dead = [i for i, r in self.rows.items() if r.state is DEAD]
-        assert self.run(self.store.queue.dead_retry(self.tenant, None, now=self.now)) == len(dead)
+        assert self.run(
+            self.store.notifications.dead_retry(self.tenant, None, now=self.now)
+        ) == len(dead)
         for i in dead:
             self.rows[i] = replace(self.rows[i], state=QUEUED, failures=0, available_at=self.now)
 
@@ -285,8 +287,8 @@ class QueueMachine(RuleBasedStateMachine):
     @invariant()
     def counts_match_a_recount(self) -> None:
         """The kept counts (``depth``) equal a full recount, and the model's."""
-        kept = self.run(self.store.queue.depth())
-        assert kept == self.run(self.store.queue.recount())
+        kept = self.run(self.store.notifications.depth())
+        assert kept == self.run(self.store.notifications.recount())
         model = {s: sum(r.state is s for r in self.rows.values()) for s in NotificationState}
         assert {row.state: row.count for row in kept} == {s: n for s, n in model.items() if n}
 

@@ -1,4 +1,4 @@
-"""Provider health where the operator cannot miss it: one red line per paused provider.
+"""Open circuits where the operator cannot miss it: one red line per paused provider.
 
 A provider whose circuit is open (or half-open, probing) is not sending: its notifications wait
 in the queue. The banner says which provider, since when, why (the last error, already redacted
@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from engine import CircuitState, ProviderHealth
+from engine import Circuit, CircuitState
 from ui.fmt import fmt_age, fmt_duration
 
 __all__ = ["CircuitBanner", "describe"]
@@ -24,7 +24,7 @@ _STYLE = (
 )
 
 
-def describe(health: ProviderHealth, now: float) -> str:
+def describe(health: Circuit, now: float) -> str:
     """One sentence about a provider that is not sending (``now`` is unix seconds)."""
     what = "probing" if health.state == CircuitState.HALF_OPEN else "paused (circuit open)"
     parts = [f"Provider <b>{_escape(health.provider)}</b> is {what}"]
@@ -78,7 +78,7 @@ class CircuitBanner(QFrame):
         self._layout.setContentsMargins(10, 6, 6, 6)
         self.hide()
 
-    def show_health(self, health: Sequence[ProviderHealth], now: float | None = None) -> None:
+    def show_circuits(self, health: Sequence[Circuit], now: float | None = None) -> None:
         """Update from the latest snapshot's health (called on every sample: the countdown)."""
         now = time.time() if now is None else now
         paused = {h.provider: h for h in health if h.state != CircuitState.CLOSED}

@@ -7,8 +7,8 @@ import pytest
 
 from engine import BUILTIN_KINDS, CircuitState, ConfigError, ProviderConfig, SendResult
 from engine.core.circuit import (
+    CircuitRecord,
     CircuitSettings,
-    Health,
     closed,
     on_failure,
     on_probe_failed,
@@ -54,7 +54,7 @@ def test_an_open_circuit_is_not_opened_again_by_more_failures() -> None:
     assert on_failure(opened, 9, now=101.0, error="again", settings=S) is opened
 
 
-def _open(now: float = 100.0) -> Health:
+def _open(now: float = 100.0) -> CircuitRecord:
     return on_failure(closed("mail"), 3, now=now, error="refused", settings=S)
 
 
