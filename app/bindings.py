@@ -305,11 +305,11 @@ _COMMANDS: dict[str, Command] = {
     "retention set": _retention_set,
     "prune": lambda a, ctx: commands.retention.prune(ctx, dry_run=a.dry_run, as_json=a.json),
     "keys rotate": lambda a, ctx: commands.keys.rotate(ctx, dry_run=a.dry_run, as_json=a.json),
-    "apikey create": lambda a, ctx: commands.apikeys.apikey_create(
+    "apikey create": lambda a, ctx: commands.api_keys.apikey_create(
         ctx, a.tenant, name=a.name, scope=a.scope, as_json=a.json
     ),
-    "apikey list": lambda a, ctx: commands.apikeys.apikey_list(ctx, a.tenant, as_json=a.json),
-    "apikey revoke": lambda a, ctx: commands.apikeys.apikey_revoke(ctx, a.id),
+    "apikey list": lambda a, ctx: commands.api_keys.apikey_list(ctx, a.tenant, as_json=a.json),
+    "apikey revoke": lambda a, ctx: commands.api_keys.apikey_revoke(ctx, a.id),
     "suppression list": lambda a, ctx: commands.suppression.suppression_list(
         ctx, a.tenant, provider=a.provider, limit=a.limit, before=a.before, as_json=a.json
     ),

@@ -23,7 +23,7 @@ from ui.fmt import fmt_count
 from ui.settings import ConsoleSettings, save_settings, window_state
 from ui.state import Status
 from ui.theme import Theme, app_icon, apply_theme
-from ui.views.apikeys import ApiKeysView
+from ui.views.api_keys import ApiKeysView
 from ui.views.circuits import CircuitBanner
 from ui.views.dashboard import Dashboard
 from ui.views.log import LogPanel
@@ -78,7 +78,7 @@ class MainWindow(QMainWindow):
         self.queue_view = QueueView(bridge)
         self.workers_view = WorkersView(bridge)
         self.store_view = StoreView(bridge)
-        self.apikeys_view = ApiKeysView(bridge)
+        self.api_keys_view = ApiKeysView(bridge)
         self.suppressions_view = SuppressionsView(bridge)
         self.webhooks_view = WebhooksView(bridge)
         self.tabs = QTabWidget()
@@ -114,7 +114,7 @@ class MainWindow(QMainWindow):
             (self.queue_view, "Queue && dead letters"),
             (self.workers_view, "Workers"),
             (self.store_view, "Store && retention"),
-            (self.apikeys_view, "API keys"),
+            (self.api_keys_view, "API keys"),
             (self.suppressions_view, "Suppressions"),
             (self.webhooks_view, "Webhooks"),
         ]

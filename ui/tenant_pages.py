@@ -7,13 +7,13 @@ from __future__ import annotations
 from PySide6.QtCore import Signal
 
 from engine import NotFound, TenantQuery
+from ui.api_keys_bridge import ApiKeyCommands
 from ui.command import command
-from ui.keys_bridge import KeyCommands
 
 __all__ = ["TenantPageCommands"]
 
 
-class TenantPageCommands(KeyCommands):
+class TenantPageCommands(ApiKeyCommands):
     tenant_page_loaded = Signal(object)  # TenantPage: its ``query`` says which page it is
     pairs_loaded = Signal(str, object)  # tenant, list[PairLimit] (empty: none, or no tenant)
 

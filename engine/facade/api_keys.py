@@ -67,7 +67,7 @@ class ApiKeysPart(EngineParts):
             )
         prefix = _PREFIX + secrets.token_hex(6)
         key = f"{prefix}_{secrets.token_urlsafe(32)}"
-        record = await self.store.apikeys.add(
+        record = await self.store.api_keys.add(
             tenant,
             prefix=prefix,
             digest=_digest(key),
@@ -80,12 +80,12 @@ class ApiKeysPart(EngineParts):
 
     async def api_keys(self, tenant: str | None = None) -> list[ApiKeyRecord]:
         """Every key, or ``tenant``'s (NotFound when there is no such tenant): never the keys."""
-        return await self.store.apikeys.listing(tenant)
+        return await self.store.api_keys.listing(tenant)
 
     async def api_key_revoke(self, key_id: int) -> ApiKeyRecord:
         """Revoke key ``key_id`` for good (audited): NotFound for no such key, Conflict when it
         already is."""
-        return await self.store.apikeys.revoke(key_id, now=self.clock.wall(), actor=self.actor)
+        return await self.store.api_keys.revoke(key_id, now=self.clock.wall(), actor=self.actor)
 
     async def api_key_check(self, key: str) -> ApiKeyRecord | None:
         """The live key ``key`` is (its last use recorded, to the minute), or None when it is
@@ -93,7 +93,7 @@ class ApiKeysPart(EngineParts):
         shape = _SHAPE.fullmatch(key)
         if shape is None:
             return None
-        found = await self.store.apikeys.find(shape.group(1))
+        found = await self.store.api_keys.find(shape.group(1))
         if found is None:
             return None
         record, digest = found
@@ -101,5 +101,5 @@ class ApiKeysPart(EngineParts):
             return None
         now = self.clock.wall()
         if record.last_used_at is None or now - record.last_used_at >= _USED_EVERY_S:
-            await self.store.apikeys.used(record.id, now)
+            await self.store.api_keys.used(record.id, now)
         return record

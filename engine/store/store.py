@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from engine.core.crypto import SecretBox
 from engine.core.errors import StoreError
-from engine.store.apikeys import ApiKeyRepo
+from engine.store.api_keys import ApiKeyRepo
 from engine.store.audit import AuditRepo
 from engine.store.circuits import CircuitsRepo
 from engine.store.config import ConfigRepo
@@ -70,8 +70,8 @@ class Store:
         self.circuits = CircuitsRepo(self._db)
         self.maintenance = MaintenanceRepo(self._db)
         self.rotation = RotationRepo(self._db, box)
-        self.overview = OverviewReads(self._db, box)
-        self.apikeys = ApiKeyRepo(self._db)  # a console's reads over many tenants
+        self.overview = OverviewReads(self._db, box)  # a console's reads over many tenants
+        self.api_keys = ApiKeyRepo(self._db)  # tenants' API keys, hashed
         self.requests = RequestRepo(self._db)  # the HTTP API's idempotency keys
         self.suppressions = SuppressionRepo(self._db, box)  # each tenant's suppression list
         self.endpoints = EndpointsRepo(self._db, box)  # each tenant's for status events

@@ -13,7 +13,7 @@ from pytestqt.qtbot import QtBot
 
 from engine import Limit
 from testkit.ui import OFFSCREEN_NOISE, Console, console
-from ui.views.apikeys import ApiKeysView
+from ui.views.api_keys import ApiKeysView
 
 pytestmark = pytest.mark.qt_log_ignore(OFFSCREEN_NOISE)
 
@@ -29,7 +29,7 @@ def harness(qtbot: QtBot, tmp_path: Path) -> Iterator[Console]:
 
 def open_view(c: Console) -> ApiKeysView:
     assert c.window is not None
-    view = c.window.apikeys_view
+    view = c.window.api_keys_view
     c.window.tabs.setCurrentWidget(view)
     return view
 
@@ -60,7 +60,7 @@ def test_a_key_is_made_shown_once_copied_and_revoked(harness: Console, tmp_path:
     [row] = cells(view)
     assert row[1:5] == [key[:15], "acme", "billing", "send"] and row[7] == "-"
     assert not any(key in cell for cell in row)  # the table shows the prefix, never the key
-    view.grab().save(str(tmp_path / "apikeys.png"))
+    view.grab().save(str(tmp_path / "api_keys.png"))
 
     view._copy()
     assert QGuiApplication.clipboard().text() == key
@@ -113,7 +113,7 @@ def test_a_tenants_api_limits_are_shown_and_set(harness: Console, tmp_path: Path
     assert "1,000 notifications queued" in view.limits_now.text()
     record = c.run(c.engine.tenant("acme"))
     assert (record.api_limit, record.max_queued) == (Limit(50.0, 80.0), 1000)
-    view.grab().save(str(tmp_path / "apikeys-limits.png"))
+    view.grab().save(str(tmp_path / "api_keys-limits.png"))
 
     for field in (view.api_rate, view.api_burst, view.max_queued):
         field.clear()

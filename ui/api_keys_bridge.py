@@ -11,10 +11,10 @@ from engine import Limit
 from ui.command import command
 from ui.sampler import Sampler
 
-__all__ = ["KeyCommands"]
+__all__ = ["ApiKeyCommands"]
 
 
-class KeyCommands(Sampler):
+class ApiKeyCommands(Sampler):
     api_keys_loaded = Signal(object)  # list[ApiKeyRecord] of the tenant asked for ("" every one)
     api_key_created = Signal(object, str)  # ApiKeyRecord, the key itself: shown once, kept nowhere
     api_limits_loaded = Signal(object)  # TenantRecord: its api_limit and max_queued (None: default)
