@@ -43,13 +43,15 @@ def summary_line(snap: Snapshot, elapsed_s: float, rate_per_s: float | None = No
 
 
 def work_line(snap: Snapshot) -> str:
-    """How the worker's own work went: its longest loop stall, its claims and the keys whose
-    claim found nothing (rows another worker took first), and the limiter it ended on."""
+    """How the worker's own work went: its longest loop stall, its claims and the pairs whose
+    claim found nothing (rows another worker took first), the tokens taken again because
+    their send started too late after them (the process was held up), and the limiter it
+    ended on."""
     totals = snap.totals
     return (
         f"worker {snap.worker_id}: longest loop stall {snap.loop_stall_max_s * 1000:.0f} ms; "
         f"{totals.claims} claims, {totals.claims_empty} pairs found nothing to lease; "
-        f"limiter {snap.limiter_backend}"
+        f"{totals.stale_tokens} stale tokens taken again; limiter {snap.limiter_backend}"
     )
 
 

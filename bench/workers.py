@@ -52,7 +52,10 @@ from tenants import (
 from engine import SecretBox
 from testkit.cli import REPO, clean_env
 
-_WORK = re.compile(r"longest loop stall (\d+) ms; (\d+) claims, (\d+) pairs found nothing")
+_WORK = re.compile(
+    r"longest loop stall (\d+) ms; (\d+) claims, (\d+) pairs found nothing to lease; "
+    r"(\d+) stale tokens"
+)
 
 
 def run_workers(
@@ -102,6 +105,7 @@ def run_workers(
                 "stall_ms": int(work.group(1)) if work else None,
                 "claims": int(work.group(2)) if work else None,
                 "claims_empty": int(work.group(3)) if work else None,
+                "stale_tokens": int(work.group(4)) if work else None,
                 "fell_back": outputs[i].count("is unavailable"),
                 "late_loop_lines": outputs[i].count("event loop was"),
             }
@@ -173,6 +177,7 @@ async def one_run(tenants: int, workers: int, duration_s: float, profile: Path |
         for name in ("postgres", "redis")
     }
     claims = [w["claims_empty"] for w in each if w["claims_empty"] is not None]
+    stale = [w["stale_tokens"] for w in each if w["stale_tokens"] is not None]
     return {
         "tenants": tenants,
         "workers": workers,
@@ -186,6 +191,8 @@ async def one_run(tenants: int, workers: int, duration_s: float, profile: Path |
         **servers,
         **steady_cpu(window, ts),
         "empty_claims_per_delivered": round(sum(claims) / delivered, 3) if claims else None,
+        # Sends that started too late after their tokens, which were taken again.
+        "stale_tokens_per_delivered": round(sum(stale) / delivered, 3) if stale else None,
         "claims": sum(w["claims"] or 0 for w in each),
         "longest_stall_ms": [w["stall_ms"] for w in each],
         "rss_mb": window.get("rss_mb", []),

@@ -70,7 +70,7 @@ class Counters:
     suppressed: int = 0  # enqueued here to a suppressed recipient: never sent
     gone: int = 0  # sends whose provider said the recipient is gone: put on the tenant's list
     claims: int = 0  # claim statements made (each may serve many keys)
-    claims_empty: int = 0  # keys granted tokens whose claim found no row (another worker's)
+    claims_empty: int = 0  # pairs granted tokens whose claim found no row (another worker's)
     # Ended expired here: past their deadline before their send (after a wait for tokens), a
     # retry that would come after it, the provider's answer, or this engine's sweep of rows
     # nobody claimed (a claim's own expiries are in the store's counts only).
