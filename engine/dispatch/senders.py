@@ -26,7 +26,7 @@ from engine.dispatch.directory import Directory, Route
 from engine.dispatch.ports import DispatchStore
 from engine.dispatch.settings import DispatcherSettings
 from engine.dispatch.work import Pair, WorkQueue
-from engine.limits.limiter import Limiter, take_waiting
+from engine.limits.limiter import Held, Limiter, take_waiting
 from engine.providers.base import send_parcel
 from engine.store import Leased
 from engine.telemetry.figures import Telemetry
@@ -114,9 +114,9 @@ class Senders:
             entry = await self._work.get()
             if entry is None:
                 return
-            parcel, taken_at = entry
+            parcel, taken_at, tokens = entry
             try:
-                await self._deliver(parcel, taken_at)
+                await self._deliver(parcel, taken_at, tokens)
             except asyncio.CancelledError:
                 self._cancelled += parcel
                 raise
@@ -125,7 +125,9 @@ class Senders:
                 if self.starved:  # a round waits for this sender
                     self._wake.set()
 
-    async def _deliver(self, parcel: Sequence[Leased], taken_at: float) -> None:
+    async def _deliver(
+        self, parcel: Sequence[Leased], taken_at: float, tokens: Held | None = None
+    ) -> None:
         """Send one parcel (one pair's leases, each with its token), then settle each."""
         first = parcel[0]
         route = self._dir.route((first.tenant_id, first.provider_id))
@@ -133,7 +135,7 @@ class Senders:
         results: Sequence[SendResult] = [_NOT_HERE] * len(parcel)
         send_s: float | None = None
         if route is not None:
-            parcel, results, send_s = await self._send(route, parcel, taken_at)
+            parcel, results, send_s = await self._send(route, parcel, taken_at, tokens)
             if not parcel:
                 return
         decisions, throttle_s, circuits = [], 0.0, self.circuits
@@ -167,20 +169,33 @@ class Senders:
             self._completer.finished(item, results[i], decisions[i], send_s, now=self._clock.wall())
 
     async def _send(
-        self, route: Route, parcel: Sequence[Leased], taken_at: float
+        self,
+        route: Route,
+        parcel: Sequence[Leased],
+        taken_at: float,
+        tokens: Held | None = None,
     ) -> tuple[Sequence[Leased], Sequence[SendResult], float | None]:
         """Send ``parcel`` through its route: the leases sent (those past their deadline are
         not: they end expired), their results, and how long the provider took."""
+        held = len(parcel)  # its tokens
         parcel = self._expire_late(parcel)
         if not parcel:
             return parcel, [], None
         started_s = self._clock.monotonic()
         if started_s - taken_at > self.settings.token_lag_s and route.paced:
-            # Fresh tokens (waiting if need be); the stale ones fell due long ago and are not
-            # given back: spent now, they would add sends to a window that had its share.
+            # Fresh tokens (waiting if need be). The stale ones go back first, in the same
+            # call, but only as far as the buckets would hold them had they never been taken
+            # (``Held.part``: less what the claim's other parcels gave back): whole, they
+            # would add sends to a window that had its share; kept, each late start spent a
+            # token twice (four workers on two cores: 8% of the sends, and that much of the
+            # provider's rate).
             n, poll_s = len(parcel), self.settings.poll_s
             self._telemetry.count("stale_tokens", n)
-            await take_waiting(self._limiter, route.buckets, n, self._clock, poll_s)
+            part = tokens.part(held) if tokens is not None else None
+            if part is not None:
+                n -= (await self._limiter.retake(part, n)).granted
+            if n > 0:
+                await take_waiting(self._limiter, route.buckets, n, self._clock, poll_s)
             started_s = self._clock.monotonic()
             parcel = self._expire_late(parcel)  # the wait may have taken them past it
             if not parcel:

@@ -6,6 +6,7 @@ A send of tenant T through provider P is governed by every configured bucket amo
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -13,7 +14,7 @@ from typing import Protocol
 from engine.core.clock import Clock
 from engine.core.domain import BucketKey, BucketLevel, Limit
 
-__all__ = ["Limiter", "Reservation", "take_waiting"]
+__all__ = ["Held", "Limiter", "Reservation", "take_waiting"]
 
 
 @dataclass(slots=True)  # a value, shared once made: never changed (not frozen: made per send)
@@ -42,6 +43,34 @@ class Reservation:
     held_for_s: tuple[float, ...] = field(default=(), compare=False)
     at: float = field(default=0.0, compare=False)
     rooms: tuple[float, ...] = field(default=(), compare=False)
+
+
+class Held:
+    """The tokens of one reservation held for several sends (a claim's parcels), each of
+    which may give its share back alone, later (a send that started too late after them takes
+    fresh ones): ``part(n)`` for each."""
+
+    __slots__ = ("given", "reservation")
+
+    def __init__(self, reservation: Reservation, given: int = 0) -> None:
+        self.reservation = reservation
+        self.given = given  # tokens of it given back so far (as asked: what a refund gave is
+        # not known, and at most this)
+
+    def part(self, n: int) -> Reservation | None:
+        """``n`` of the tokens as a reservation of their own, to be given back (or retaken)
+        now: its room is the whole's less every part given back before it, so that parts
+        given back one by one, at any times, never give more than the whole would have at
+        the time, nor a token to a bucket that refilled to its burst meanwhile. None when
+        the whole carries no rooms (its refund would not be bounded)."""
+        whole = self.reservation
+        if not whole.rooms or n <= 0:
+            return None
+        given = self.given
+        self.given = given + n
+        rooms = whole.rooms if not given else tuple(room - given for room in whole.rooms)
+        # ``replace`` keeps what a limiter added to its own (the Redis limiter's era).
+        return dataclasses.replace(whole, granted=n, wait_s=0.0, rooms=rooms)
 
 
 class Limiter(Protocol):

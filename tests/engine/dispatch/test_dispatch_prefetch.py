@@ -172,9 +172,11 @@ async def test_a_paced_tenant_beside_one_leasing_ahead_keeps_its_pace_and_its_to
     await engine.stop()
     assert took_s < 38 / 20.0 + 0.3, f"small took {took_s:.2f}s beside big's prefetch"
     # Its leases wait only for the senders expected to come free within the token lag; a
-    # send that runs long still leaves one stale now and then (taken again, never reused):
-    # 2 with one claim per key, 3 on Postgres since a round serves a line's keys together.
-    assert engine.totals().stale_tokens <= 3
+    # send that runs long still leaves one stale now and then (taken again, the stale one
+    # given back as far as its bucket has room): 2 with one claim per pair, 3 on Postgres
+    # since a round serves a line's pairs together, 4 on SQLite since a stale token went
+    # back (the bucket granted small's next claim sooner, and it met busy senders once more).
+    assert engine.totals().stale_tokens <= 4
     sends = [e.ts for e in await store.notifications.deliveries(small, limit=100)]
     check_envelope(sends, 20.0, 2.0, windows=(0.25, 0.5, 1.0))
 
