@@ -73,8 +73,9 @@ async def worker(ctx: Context, run: WorkerRun) -> int:
         serving.on(engine) as api_url,
     ):
         # What the engine loaded lives as long as the worker: out of the collector's rounds
-        # (a command that ends at once gains nothing from it: app.cli freezes at exit).
-        with loaded_frozen():
+        # (a command that ends at once gains nothing from it: app.cli freezes at exit), and
+        # the collector runs less often while it dispatches.
+        with loaded_frozen(collect_rarely=True):
             await engine.start()
             if not run.quiet:
                 api = f", the API on {api_url}" if api_url else ""
