@@ -54,8 +54,9 @@ class Held:
 
     def __init__(self, reservation: Reservation, given: int = 0) -> None:
         self.reservation = reservation
-        self.given = given  # tokens of it given back so far (as asked: what a refund gave is
-        # not known, and at most this)
+        # Tokens of it given back so far, as asked (a refund does not say what it gave, and
+        # gives at most that): each part's room is the whole's less these.
+        self.given = given
 
     def part(self, n: int) -> Reservation | None:
         """``n`` of the tokens as a reservation of their own, to be given back (or retaken)
