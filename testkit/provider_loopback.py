@@ -15,6 +15,7 @@ every send as a ``Hit``. Also the two steps of a run: ``enqueue`` through the CL
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import subprocess
@@ -108,26 +109,52 @@ def run_worker(folder: Path, store_url: str, concurrency: int) -> tuple[int, str
 
 class BackgroundLoop:
     """An event loop on a thread of its own. ``enter`` opens an async context manager on it and
-    returns what it yields; leaving closes them all, last first, then stops the loop."""
+    returns what it yields; leaving closes them all, last first, then stops the loop. While it
+    runs it notes each time it was late (the thread or the whole process held up, say by a
+    collection over a long test session's heap: a server on it then reads what reached it
+    meanwhile all at once), for ``stall_s``."""
+
+    _TICK_S = 0.01
 
     def __init__(self) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="loopback", daemon=True)
         self._stack = contextlib.AsyncExitStack()
+        self._stalls: list[tuple[float, float]] = []  # (when it ended, how late), loop time
+        self._watch: concurrent.futures.Future[None] | None = None
 
     def __enter__(self) -> Self:
         self._thread.start()
+        self._watch = asyncio.run_coroutine_threadsafe(self._watch_stalls(), self._loop)
         return self
 
-    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+    async def _watch_stalls(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            await asyncio.sleep(self._TICK_S)
+            now = loop.time()
+            late_s = now - before - self._TICK_S
+            if late_s > self._TICK_S:
+                self._stalls.append((now, late_s))
+
+    def stall_s(self, start: float, end: float) -> float:
+        """The longest the loop was late in a stall that ended between ``start`` and ``end``
+        (loop time, as a ``Hit.at``); 0 when it was never late by more than a tick."""
+        return max((late_s for at, late_s in self._stalls if start <= at <= end), default=0.0)
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the loop and wait (30 s at most) for what it returns."""
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(30)
 
     def enter(self, manager: contextlib.AbstractAsyncContextManager[T]) -> T:
-        return self._run(self._stack.enter_async_context(manager))
+        return self.run(self._stack.enter_async_context(manager))
 
     def __exit__(self, *exc: object) -> None:
         try:
-            self._run(self._stack.aclose())
+            if self._watch is not None:
+                self._watch.cancel()
+            self.run(self._stack.aclose())
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
