@@ -26,7 +26,7 @@ from engine.dispatch.directory import Directory, Route
 from engine.dispatch.ports import DispatchStore
 from engine.dispatch.settings import DispatcherSettings
 from engine.dispatch.work import Pair, WorkQueue
-from engine.limits.limiter import Held, Limiter, take_waiting
+from engine.limits.limiter import Held, Limiter, Reservation
 from engine.providers.base import send_parcel
 from engine.store import Leased
 from engine.telemetry.figures import Telemetry
@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 
 _NOT_HERE = SendResult.transient("provider is not available in this worker")  # frozen: shared
 _LATE = SendResult.expired(EXPIRED_DETAIL)
+# Fresh tokens whose answer came back late are asked for again at most this many times in a
+# row (a process held up again and again still sends, late: each late answer spent a token).
+_LATE_ANSWERS = 3
 
 
 class Senders:
@@ -189,13 +192,9 @@ class Senders:
             # would add sends to a window that had its share; kept, each late start spent a
             # token twice (four workers on two cores: 8% of the sends, and that much of the
             # provider's rate).
-            n, poll_s = len(parcel), self.settings.poll_s
+            n = len(parcel)
             self._telemetry.count("stale_tokens", n)
-            part = tokens.part(held) if tokens is not None else None
-            if part is not None:
-                n -= (await self._limiter.retake(part, n)).granted
-            if n > 0:
-                await take_waiting(self._limiter, route.buckets, n, self._clock, poll_s)
+            await self._fresh_tokens(route, n, tokens.part(held) if tokens is not None else None)
             started_s = self._clock.monotonic()
             parcel = self._expire_late(parcel)  # the wait may have taken them past it
             if not parcel:
@@ -209,6 +208,32 @@ class Senders:
         self._work.sent(send_s)
         self._telemetry.observe_send(provider_name, send_s)
         return parcel, results, send_s
+
+    async def _fresh_tokens(self, route: Route, n: int, stale: Reservation | None) -> None:
+        """Take ``n`` tokens for a send that starts now, giving ``stale`` back in the same call
+        (waiting for them if need be). An answer that reached this process more than
+        ``token_lag_s`` after it was asked (the process was held up meanwhile: the buckets
+        granted at the ask, the send would start now) is as stale as the tokens it replaced:
+        they go back in the next ask, as far as the buckets would hold them, and it is asked
+        again, up to ``_LATE_ANSWERS`` times in a row; the send then goes with the last."""
+        limiter, clock = self._limiter, self._clock
+        lag_s, poll_s = self.settings.token_lag_s, self.settings.poll_s
+        late = 0
+        while n > 0:
+            asked_s = clock.monotonic()
+            if stale is not None:
+                got = await limiter.retake(stale, n)
+                stale = None
+            else:
+                got = await limiter.reserve(route.buckets, n)
+            if got.granted and late < _LATE_ANSWERS and clock.monotonic() - asked_s > lag_s:
+                late += 1
+                self._telemetry.count("stale_tokens", got.granted)
+                stale = Held(got).part(got.granted)  # None (no rooms): they stay spent
+                continue
+            n -= got.granted
+            if n:
+                await clock.sleep(min(max(got.wait_s, 0.001), poll_s))
 
     def _expire_late(self, parcel: Sequence[Leased]) -> Sequence[Leased]:
         """The leases of ``parcel`` still inside their deadline; those past it end expired

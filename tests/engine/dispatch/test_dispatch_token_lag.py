@@ -10,6 +10,7 @@ which the next round takes at once. The file provider stamps each send with the 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,11 +29,13 @@ from engine import (
     Reservation,
     Store,
 )
+from engine.dispatch import senders
 from testkit.envelope import check_envelope
 from testkit.support import enqueue_numbered, read_lines
 from testkit.virtual_time import file_kind, on_virtual_time, until
 
 STALL_S = 0.06
+FREEZE_S = 0.2  # past the time the bucket takes to fill (burst / rate)
 LIMIT = Limit(100.0, 10.0)
 COUNT = 200
 WINDOWS_S = (0.01, 0.05, 0.1, 0.5, 1.0)
@@ -40,12 +43,17 @@ WINDOWS_S = (0.01, 0.05, 0.1, 0.5, 1.0)
 
 class StallsOnce:
     """A ``LocalLimiter`` whose caller is held up ``STALL_S`` after its second grant of more
-    than one token: the first claim's tokens, taken again once the leases are in hand."""
+    than one token: the first claim's tokens, taken again once the leases are in hand. With
+    ``late_answers``, the first that many of the sends' own asks for fresh tokens that follow
+    (``retake``: that claim's sends start late) are granted, and then the whole process is
+    held up ``FREEZE_S`` (the clock moves, nothing runs) before they hear it."""
 
-    def __init__(self, clock: FakeClock) -> None:
+    def __init__(self, clock: FakeClock, late_answers: int = 0) -> None:
         self.inner = LocalLimiter(clock)
         self.clock = clock
         self.batches = 0
+        self.late_answers = late_answers
+        self.frozen = False
 
     async def configure(self, key: BucketKey, limit: Limit | None) -> None:
         await self.inner.configure(key, limit)
@@ -60,7 +68,14 @@ class StallsOnce:
         await self.inner.refund(reservation, n)
 
     async def retake(self, reservation: Reservation, n: int) -> Reservation:
-        return await self._granted(await self.inner.retake(reservation, n))
+        got = await self.inner.retake(reservation, n)
+        if self.batches >= 2 and self.late_answers > 0 and got.granted:
+            self.late_answers -= 1
+            await asyncio.sleep(0)  # the other sends hear theirs first: all wait to run
+            if not self.frozen:
+                self.frozen = True
+                self.clock.advance(FREEZE_S)  # every task held up, the buckets refilling
+        return await self._granted(got)
 
     async def reserve_many(
         self, asks: Sequence[tuple[Sequence[BucketKey], int]]
@@ -90,11 +105,13 @@ class StallsOnce:
         await self.inner.aclose()
 
 
-async def _run(store: Store, tmp_path: Path, token_lag_s: float) -> tuple[list[float], int]:
+async def _run(
+    store: Store, tmp_path: Path, token_lag_s: float, late_answers: int = 0
+) -> tuple[list[float], int]:
     """Send COUNT through a tenant at LIMIT; returns the provider's stamps and the stale
     tokens the engine replaced."""
     clock = FakeClock(autojump=True)
-    limiter = StallsOnce(clock)
+    limiter = StallsOnce(clock, late_answers)
     settings = EngineSettings(dispatch=DispatcherSettings(concurrency=16, token_lag_s=token_lag_s))
     kinds = {**BUILTIN_KINDS, "file": file_kind(clock)}
     engine = Engine(
@@ -116,6 +133,7 @@ async def _run(store: Store, tmp_path: Path, token_lag_s: float) -> tuple[list[f
     finally:
         await engine.close()
     assert limiter.batches >= 2
+    assert limiter.late_answers == 0  # every late answer asked for was given
     return [line["ts"] for line in read_lines(out)], stale
 
 
@@ -146,3 +164,26 @@ async def test_the_stale_tokens_go_back_so_no_send_costs_two(store: Store, tmp_p
     least_s = (COUNT - LIMIT.burst) / LIMIT.rate_per_s  # the burst at once, then the rate
     # 1.904 s here; 1.944 s when stale tokens were kept spent (4 sends' worth of the rate).
     assert least_s <= ts[-1] - ts[0] <= least_s + 0.01
+
+
+@pytest.mark.parametrize("late_answers", [1, 3])
+async def test_fresh_tokens_that_come_back_late_are_asked_for_again(
+    store: Store, tmp_path: Path, late_answers: int
+) -> None:
+    """The held-up batch's sends ask for fresh tokens, and the answers reach them late (the
+    process held up again, after the buckets granted): those tokens are as stale, so they go
+    back and are asked for again; the envelope holds."""
+    ts, stale = await _run(store, tmp_path, token_lag_s=0.01, late_answers=late_answers)
+    assert stale > 0
+    check_envelope(ts, LIMIT.rate_per_s, LIMIT.burst, windows=WINDOWS_S)
+
+
+async def test_fresh_tokens_sent_late_would_break_the_envelope(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same run with late answers sent as they come: the proof that the test above can
+    fail."""
+    monkeypatch.setattr(senders, "_LATE_ANSWERS", 0)
+    ts, _stale = await _run(store, tmp_path, token_lag_s=0.01, late_answers=3)
+    with pytest.raises(AssertionError, match="deliveries in the"):
+        check_envelope(ts, LIMIT.rate_per_s, LIMIT.burst, windows=WINDOWS_S)
