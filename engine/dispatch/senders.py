@@ -137,8 +137,9 @@ class Senders:
         record = route.provider if route is not None else None
         results: Sequence[SendResult] = [_NOT_HERE] * len(parcel)
         send_s: float | None = None
+        answered_at: float | None = None  # wall time, when the provider answered
         if route is not None:
-            parcel, results, send_s = await self._send(route, parcel, taken_at, tokens)
+            parcel, results, send_s, answered_at = await self._send(route, parcel, taken_at, tokens)
             if not parcel:
                 return
         decisions, throttle_s, circuits = [], 0.0, self.circuits
@@ -168,8 +169,11 @@ class Senders:
             await self._limiter.block(BucketKey.for_provider(record.name), throttle_s)
         if throttle_s or not (circuits.all_closed or circuits.is_closed(first.provider_id)):
             await self._give_back(self._work.take_provider(first.provider_id))
+        # The outcomes' time is the provider's answer, not this moment: the process may have
+        # been held up since (and a delivery's ``ts - send_s`` is then when it was sent).
+        now = answered_at if answered_at is not None else self._clock.wall()
         for i, item in enumerate(parcel):
-            self._completer.finished(item, results[i], decisions[i], send_s, now=self._clock.wall())
+            self._completer.finished(item, results[i], decisions[i], send_s, now=now)
 
     async def _send(
         self,
@@ -177,13 +181,14 @@ class Senders:
         parcel: Sequence[Leased],
         taken_at: float,
         tokens: Held | None = None,
-    ) -> tuple[Sequence[Leased], Sequence[SendResult], float | None]:
+    ) -> tuple[Sequence[Leased], Sequence[SendResult], float | None, float | None]:
         """Send ``parcel`` through its route: the leases sent (those past their deadline are
-        not: they end expired), their results, and how long the provider took."""
+        not: they end expired), their results, how long the provider took and when (wall
+        time) it answered."""
         held = len(parcel)  # its tokens
         parcel = self._expire_late(parcel)
         if not parcel:
-            return parcel, [], None
+            return parcel, [], None, None
         started_s = self._clock.monotonic()
         if started_s - taken_at > self.settings.token_lag_s and route.paced:
             # Fresh tokens (waiting if need be). The stale ones go back first, in the same
@@ -198,16 +203,17 @@ class Senders:
             started_s = self._clock.monotonic()
             parcel = self._expire_late(parcel)  # the wait may have taken them past it
             if not parcel:
-                return parcel, [], None
+                return parcel, [], None, None
         tenant_name, provider_name = route.tenant.name, route.provider.name
         now = self._clock.wall()
         messages = [item.message(tenant_name, provider_name, now) for item in parcel]
         timeout_s = self.settings.send_timeout_s
         results = await send_parcel(route.instance, messages, self._clock, timeout_s)
+        answered_at = self._clock.wall()
         send_s = self._clock.monotonic() - started_s
         self._work.sent(send_s)
         self._telemetry.observe_send(provider_name, send_s)
-        return parcel, results, send_s
+        return parcel, results, send_s, answered_at
 
     async def _fresh_tokens(self, route: Route, n: int, stale: Reservation | None) -> None:
         """Take ``n`` tokens for a send that starts now, giving ``stale`` back in the same call
