@@ -11,7 +11,8 @@ from engine import BRIEF_VIEW, Engine, Snapshot
 
 __all__ = ["FINAL_VIEW", "report_progress", "summary_line", "work_line"]
 
-FINAL_VIEW = dataclasses.replace(BRIEF_VIEW, totals_every_s=0.0)  # the last line: totals now
+# The last line: the totals read now.
+FINAL_VIEW = dataclasses.replace(BRIEF_VIEW, totals_every_s=0.0, totals_most_share=0.0)
 
 
 def summary_line(snap: Snapshot, elapsed_s: float, rate_per_s: float | None = None) -> str:

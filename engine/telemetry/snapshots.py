@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -123,7 +124,9 @@ class SnapshotReads:
     def __init__(self) -> None:
         # Per number of deepest tenants asked for (views of a console, of the metrics and of
         # a progress line may share an engine): (monotonic s, unix s) read, the overview.
-        self._overviews: dict[int, tuple[float, float, QueueOverview]] = {}
+        # Per view's ``deepest``: when read (monotonic), its wall time, the overview, and how
+        # long the read took (seconds).
+        self._overviews: dict[int, tuple[float, float, QueueOverview, float]] = {}
         self._index_src: Mapping[BucketKey, Limit] | None = None
         self._index: list[tuple[str, BucketKey]] = []
         self._matches: tuple[str, list[BucketKey], int] = ("", [], 0)
@@ -195,19 +198,27 @@ class SnapshotReads:
         is its totals alone (one sum per state), and the whole overview comes with the next
         snapshot (at 100,000 tenants it took 0.4-0.6 s, most of a console's first sample)."""
         kept = self._overviews.get(view.deepest)
-        if kept is not None and now - kept[0] < view.totals_every_s:
-            return kept[2], kept[1]
+        if kept is not None:
+            every_s = view.totals_every_s
+            if view.totals_most_share:  # the reads' interval grows with what the last took
+                spaced_s = kept[3] / view.totals_most_share
+                every_s = spaced_s if spaced_s > every_s else every_s
+            if now - kept[0] < every_s:
+                return kept[2], kept[1]
         reads = store.overview
         first = kept is None and view.deepest > 0 and view.totals_first
+        started_s = time.perf_counter()
         overview = await (
             reads.overview(view.deepest) if view.deepest and not first else reads.totals()
         )
+        took_s = time.perf_counter() - started_s
         if len(self._overviews) >= 8:  # a console whose view changed many times
             self._overviews.clear()
         self._overviews[view.deepest] = (
             now - view.totals_every_s if first else now,
             wall,
             overview,
+            took_s,
         )
         return overview, wall
 

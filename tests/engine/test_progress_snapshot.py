@@ -6,6 +6,8 @@ bucket: at 10,000 tenants that cost more than the dispatch itself."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,7 +15,17 @@ import pytest
 
 from app.metrics import METRICS_VIEW
 from app.progress import FINAL_VIEW, summary_line
-from engine import BRIEF_VIEW, BucketKey, Engine, Store
+from engine import (
+    BRIEF_VIEW,
+    BUILTIN_KINDS,
+    BucketKey,
+    Engine,
+    FakeClock,
+    LocalLimiter,
+    SecretBox,
+    Store,
+)
+from engine.store.overview import QueueOverview
 from engine.telemetry.snapshots import RECENT_PAIRS
 from testkit.counting import CountingLimiter, Statements, populated_engine
 from testkit.many_tenants import PROVIDERS, tenant_name
@@ -62,7 +74,7 @@ async def test_a_progress_lines_snapshot_costs_the_same_at_100_and_10000_tenants
 
 
 def test_the_last_line_reads_the_totals_afresh() -> None:
-    assert dataclasses.replace(BRIEF_VIEW, totals_every_s=0.0) == FINAL_VIEW
+    assert dataclasses.replace(BRIEF_VIEW, totals_every_s=0.0, totals_most_share=0.0) == FINAL_VIEW
     assert BRIEF_VIEW.deepest == 0 and not BRIEF_VIEW.tenants and not BRIEF_VIEW.buckets
 
 
@@ -80,3 +92,37 @@ async def test_a_metrics_snapshot_costs_the_same_at_100_and_10000_tenants(
         assert snap.queue is not None and snap.queue.queued == n * 2
         assert len(snap.depth) == METRICS_VIEW.deepest
     assert statements[10_000] == statements[100], statements
+
+
+async def test_the_totals_take_at_most_a_share_of_the_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A progress line a second reads the totals (a sum over every row of the kept counts,
+    which grows with the tenants) no closer together than 100 times what the last read took:
+    20 ms reads come 2 s apart, not every second. The last line reads them afresh."""
+    clock = FakeClock()
+    store = Store(f"sqlite:///{tmp_path / 'totals.db'}", SecretBox([SecretBox.generate_key()]))
+    await store.migrate()
+    engine = Engine(store, LocalLimiter(clock), BUILTIN_KINDS, clock=clock)
+    await engine.open()
+    try:
+        reads: list[float] = []
+        real = store.overview.totals
+
+        async def slow_totals() -> QueueOverview:
+            reads.append(clock.monotonic())
+            time.sleep(0.02)  # the sum at many tenants
+            return await real()
+
+        monkeypatch.setattr(store.overview, "totals", slow_totals)
+        for _second in range(10):
+            await engine.snapshot(view=BRIEF_VIEW)
+            clock.advance(1.0)
+        assert 3 <= len(reads) <= 5, reads
+        assert all(b - a >= 2.0 for a, b in itertools.pairwise(reads)), reads
+        before = len(reads)
+        await engine.snapshot(view=FINAL_VIEW)
+        assert len(reads) == before + 1
+    finally:
+        await engine.close()
+        await store.close()
