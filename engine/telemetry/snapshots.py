@@ -123,9 +123,8 @@ class SnapshotReads:
 
     def __init__(self) -> None:
         # Per number of deepest tenants asked for (views of a console, of the metrics and of
-        # a progress line may share an engine): (monotonic s, unix s) read, the overview.
-        # Per view's ``deepest``: when read (monotonic), its wall time, the overview, and how
-        # long the read took (seconds).
+        # a progress line may share an engine): (monotonic s, unix s) read, the overview, and
+        # how long the read took (s: ``SnapshotView.totals_most_share`` spaces them by it).
         self._overviews: dict[int, tuple[float, float, QueueOverview, float]] = {}
         self._index_src: Mapping[BucketKey, Limit] | None = None
         self._index: list[tuple[str, BucketKey]] = []
