@@ -37,7 +37,7 @@ from engine.dispatch.senders import Senders
 from engine.dispatch.settings import DispatcherSettings
 from engine.dispatch.share import Shares
 from engine.dispatch.work import Pair, WorkQueue
-from engine.limits.limiter import Held, Limiter, Reservation
+from engine.limits.limiter import Limiter, Reservation
 from engine.store import Completion, Leased
 from engine.store.counts import DUE_CAP
 from engine.telemetry.figures import Telemetry
@@ -335,8 +335,10 @@ class Dispatcher:
             self._senders.starved = True  # a send that ends wakes the loop
         if not asks:  # no route, or no room
             return 0, 0
-        reserved_at = self._clock.monotonic()
-        reservations = await self._limiter.reserve_many([(r.buckets, n) for _k, r, n in asks])
+        # Lent: the retake below (or a refund) settles every one of them.
+        reservations = await self._limiter.reserve_many(
+            [(r.buckets, n) for _k, r, n in asks], lent=True
+        )
         provider_id = asks[0][0][1]
         caps, kept = claims.within_room(provider_id, asks, reservations, room)
         granted = [i for i, cap in enumerate(caps) if cap > 0]
@@ -360,9 +362,7 @@ class Dispatcher:
         if empty:
             telemetry.count("claims_empty", empty)
         holding = [i for i, got in enumerate(reservations) if got.granted > 0]
-        retaken = await self._retake_many(
-            [(reservations[i], rows_of.get(i, [])) for i in holding], reserved_at
-        )
+        retaken = await self._retake_many([(reservations[i], rows_of.get(i, [])) for i in holding])
         by_ask = dict(zip(holding, retaken, strict=True))
         total = 0
         provider_held = False
@@ -376,11 +376,9 @@ class Dispatcher:
                         pair, reservation, self._clock.monotonic(), self.settings.poll_s
                     )
                 continue
-            got, taken_at, tokens = by_ask[i]
+            got, taken_at = by_ask[i]
             claimed_n = len(rows_of[i])
-            held = self._settle(
-                pair, route, asked, reservation, caps[i], claimed_n, got, taken_at, tokens
-            )
+            held = self._settle(pair, route, asked, reservation, caps[i], claimed_n, got, taken_at)
             provider_held |= held
             if probing:
                 await self.circuits.probing(provider_id, got)
@@ -424,12 +422,11 @@ class Dispatcher:
         claimed: int,
         leased: list[Leased],
         taken_at: float,
-        tokens: Held | None,
     ) -> bool:
         """One pair's claim after its reservation (``claimed`` rows of the ``cap`` it might
-        lease, of which ``leased`` kept their ``tokens``, taken at ``taken_at``): its parcels
-        handed to the senders, each with its part of the tokens, its place in the book;
-        returns whether its provider's bucket ran dry."""
+        lease, of which ``leased`` kept their tokens, taken at ``taken_at``): its parcels
+        handed to the senders, its place in the book; returns whether its provider's bucket
+        ran dry."""
         # Fewer rows than tokens: none is due now (a retake that fell short released rows
         # that are still due: the pair waits for tokens instead).
         drained = claimed < cap
@@ -437,7 +434,7 @@ class Dispatcher:
         per, paced = route.per, route.paced
         for first in range(0, len(leased), per):  # a parcel of one (the most) is not sliced
             parcel = leased if len(leased) == 1 else leased[first : first + per]
-            self._work.put(pair, parcel, taken_at, paced=paced, tokens=tokens if paced else None)
+            self._work.put(pair, parcel, taken_at, paced=paced)
         if not drained and (cap < asked or len(leased) < claimed):
             return self._book.hold(
                 pair, reservation, self._clock.monotonic(), self.settings.poll_s
@@ -445,32 +442,26 @@ class Dispatcher:
         return False
 
     async def _retake_many(
-        self, claims: list[tuple[Reservation, list[Leased]]], reserved_at: float
-    ) -> list[tuple[list[Leased], float, Held]]:
+        self, claims: list[tuple[Reservation, list[Leased]]]
+    ) -> list[tuple[list[Leased], float]]:
         """Take the tokens again now that the leases are in hand, for every pair of a claim in
-        one call; returns per pair the leases that got one (the others are released), when
-        those tokens were taken (at the earliest) and the reservation that holds them. The
-        first reservation only says how many to lease; the sends go out after the claim, and
-        claims take a varying time, so tokens debited before a slow claim would let its sends
-        bunch up with the next quick claim's and exceed the envelope. Debited here, the
-        bucket paces the sends themselves."""
-        if self._clock.monotonic() == reserved_at:
-            # No time passed (a store that answers at once, as the planner's): the tokens
-            # taken are the ones a retake would take; only the unused ones go back.
-            unused = [(got, got.granted - len(rows)) for got, rows in claims]
-            await self._limiter.refund_many([(got, n) for got, n in unused if n > 0])
-            return [(rows, reserved_at, Held(got, got.granted - len(rows))) for got, rows in claims]
+        one call; returns per pair the leases that got one (the others are released) and when
+        those tokens were taken (at the earliest). The first reservation only says how many
+        to lease; the sends go out after the claim, and claims take a varying time, so tokens
+        debited before a slow claim would let its sends bunch up with the next quick claim's
+        and exceed the envelope. Debited here, the bucket paces the sends themselves; the
+        first reservation, lent, is settled here whatever the claim found."""
         taken_at = self._clock.monotonic()  # the earliest the tokens can be taken
         # A pair that leased nothing takes 0 again: its tokens go back, in the same call.
         nows = await self._limiter.retake_many([(got, len(rows)) for got, rows in claims])
-        kept: list[tuple[list[Leased], float, Held]] = []
+        kept: list[tuple[list[Leased], float]] = []
         released: list[Leased] = []
         for (_got, rows), now in zip(claims, nows, strict=True):
             if now.granted < len(rows):  # another worker or a block took them meanwhile
                 released += rows[now.granted :]
-                kept.append((rows[: now.granted], taken_at, Held(now)))
+                kept.append((rows[: now.granted], taken_at))
             else:
-                kept.append((rows, taken_at, Held(now)))
+                kept.append((rows, taken_at))
         if released:
             await self._store.queue.release(self.owner, released)
         return kept

@@ -20,15 +20,13 @@ from collections.abc import Sequence
 
 from engine.core.clock import Clock
 from engine.dispatch.settings import DispatcherSettings
-from engine.limits.limiter import Held
 from engine.store import Leased
 
 __all__ = ["Entry", "Pair", "WorkQueue"]
 
 Pair = tuple[int, int]  # (tenant id, provider id)
-# A parcel of one pair's leases, when its tokens were taken, and the tokens its claim holds
-# for the pair's parcels (None: no limit paces it).
-Entry = tuple[tuple[Leased, ...], float, Held | None]
+# A parcel of one pair's leases and when their tokens were taken.
+Entry = tuple[tuple[Leased, ...], float]
 
 
 class WorkQueue:
@@ -113,15 +111,13 @@ class WorkQueue:
         taken_at: float,
         *,
         paced: bool,
-        tokens: Held | None = None,
     ) -> None:
-        """``leases`` of ``pair`` (their tokens, among ``tokens``, taken at ``taken_at``), as
-        one parcel."""
+        """``leases`` of ``pair`` (their tokens taken at ``taken_at``), as one parcel."""
         lines = self._paced if paced else self._lines
         line = lines.get(pair)
         if line is None:
             line = lines[pair] = collections.deque()
-        line.append((leases if isinstance(leases, tuple) else tuple(leases), taken_at, tokens))
+        line.append((leases if isinstance(leases, tuple) else tuple(leases), taken_at))
         self._count += 1
         self._leases += len(leases)
         self.paced += paced
@@ -186,7 +182,7 @@ class WorkQueue:
     def take_all(self) -> list[Leased]:
         """Every lease waiting, removed."""
         lines = [*self._paced.values(), *self._lines.values()]
-        taken = [leased for line in lines for parcel, _, _ in line for leased in parcel]
+        taken = [leased for line in lines for parcel, _ in line for leased in parcel]
         self._paced.clear()
         self._lines.clear()
         self._count = self.paced = self._leases = 0
@@ -198,7 +194,7 @@ class WorkQueue:
         taken: list[Leased] = []
         for lines in (self._paced, self._lines):
             pairs = [pair for pair in lines if pair[1] == provider_id]
-            parcels = [parcel for pair in pairs for parcel, _, _ in lines.pop(pair)]
+            parcels = [parcel for pair in pairs for parcel, _ in lines.pop(pair)]
             if lines is self._paced:
                 self.paced -= len(parcels)
             self._count -= len(parcels)

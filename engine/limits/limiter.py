@@ -6,7 +6,6 @@ A send of tenant T through provider P is governed by every configured bucket amo
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -14,7 +13,7 @@ from typing import Protocol
 from engine.core.clock import Clock
 from engine.core.domain import BucketKey, BucketLevel, Limit
 
-__all__ = ["Held", "Limiter", "Reservation", "take_waiting"]
+__all__ = ["Limiter", "Reservation", "take_waiting"]
 
 
 @dataclass(slots=True)  # a value, shared once made: never changed (not frozen: made per send)
@@ -33,7 +32,8 @@ class Reservation:
     bucket) bound what a refund of these tokens gives back: at most what each bucket would
     hold had they never been taken, ``room - rate * (now - at)``, never a token the bucket
     would have lost to its burst meanwhile. A reservation made without them (``rooms``
-    empty: by hand, or granting nothing) is given back up to the burst.
+    empty: by hand, or granting nothing) is given back up to the burst. Either way, the Redis
+    limiter gives back no more than its lent reservations left room for (``reserve_many``).
     """
 
     keys: tuple[BucketKey, ...]
@@ -43,35 +43,6 @@ class Reservation:
     held_for_s: tuple[float, ...] = field(default=(), compare=False)
     at: float = field(default=0.0, compare=False)
     rooms: tuple[float, ...] = field(default=(), compare=False)
-
-
-class Held:
-    """The tokens of one reservation held for several sends (a claim's parcels), each of
-    which may give its share back alone, later (a send that started too late after them takes
-    fresh ones): ``part(n)`` for each."""
-
-    __slots__ = ("given", "reservation")
-
-    def __init__(self, reservation: Reservation, given: int = 0) -> None:
-        self.reservation = reservation
-        # Tokens of it given back so far, as asked (a refund does not say what it gave, and
-        # gives at most that): each part's room is the whole's less these.
-        self.given = given
-
-    def part(self, n: int) -> Reservation | None:
-        """``n`` of the tokens as a reservation of their own, to be given back (or retaken)
-        now: its room is the whole's less every part given back before it, so that parts
-        given back one by one, at any times, never give more than the whole would have at
-        the time, nor a token to a bucket that refilled to its burst meanwhile. None when
-        the whole carries no rooms (its refund would not be bounded)."""
-        whole = self.reservation
-        if not whole.rooms or n <= 0:
-            return None
-        given = self.given
-        self.given = given + n
-        rooms = whole.rooms if not given else tuple(room - given for room in whole.rooms)
-        # ``replace`` keeps what a limiter added to its own (the Redis limiter's era).
-        return dataclasses.replace(whole, granted=n, wait_s=0.0, rooms=rooms)
 
 
 class Limiter(Protocol):
@@ -112,7 +83,7 @@ class Limiter(Protocol):
         ...
 
     async def reserve_many(
-        self, asks: Sequence[tuple[Sequence[BucketKey], int]]
+        self, asks: Sequence[tuple[Sequence[BucketKey], int]], *, lent: bool = False
     ) -> list[Reservation]:
         """``reserve(keys, n)`` for each ``(keys, n)`` of ``asks``, one after another in order
         with nothing of this caller's in between, and their answers in that order: each ask
@@ -120,7 +91,17 @@ class Limiter(Protocol):
         ``Reservation`` has the fields its ``reserve`` would give. An empty batch returns
         ``[]`` and does no I/O. Costs less than the calls one by one (over a network, one round
         trip per batch rather than per ask); where a limiter is atomic per call, it is per
-        batch or per chunk of one, as its docstring says."""
+        batch or per chunk of one, as its docstring says.
+
+        ``lent``: the caller will settle every one of these reservations with a ``retake`` or
+        a ``refund`` (the dispatcher's claim: reserve, lease, retake what it leased). Their
+        tokens are then lent: a refund of them gives back no more than the bucket would hold
+        had none of the lent reservations not yet settled been taken, so that the claims of
+        several processes, overlapping in time, never give a bucket back a token that all of
+        them together would have lost to its burst. A reservation not lent is given back as
+        far as its own room allows (``Reservation``): exact for one caller's reservations
+        settled one after another, not for refunds of several processes that overlap in
+        time."""
         ...
 
     async def retake_many(self, asks: Sequence[tuple[Reservation, int]]) -> list[Reservation]:

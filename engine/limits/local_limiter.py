@@ -292,8 +292,11 @@ class LocalLimiter:
         return self.retake_at(self._clock.monotonic(), reservation, n)
 
     async def reserve_many(
-        self, asks: Sequence[tuple[Sequence[BucketKey], int]]
+        self, asks: Sequence[tuple[Sequence[BucketKey], int]], *, lent: bool = False
     ) -> list[Reservation]:
+        """See ``Limiter.reserve_many``. ``lent`` changes nothing here: one process's lent
+        reservations (the dispatcher's claims) follow one another, each settled before the
+        next is made, so each refund's own bound (``Reservation.rooms``) is the whole one."""
         if not asks:
             return []
         return self.reserve_many_at(self._clock.monotonic(), asks)

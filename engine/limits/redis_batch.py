@@ -113,13 +113,14 @@ class _Call:
     answer: Reservation | None = None
     back: int = 0
     lost: bool = False  # Redis lost its data under this retake: it gives nothing back
+    lent: bool = False  # a reservation whose tokens a retake or refund will settle
 
 
-def _reserve_call(keys: Sequence[BucketKey], n: int) -> _Call:
+def _reserve_call(keys: Sequence[BucketKey], n: int, lent: bool) -> _Call:
     unique = tuple(dict.fromkeys(keys))
     if n <= 0:
         return _Call(_Kind.NOTHING, unique, answer=Reservation(unique, 0))
-    return _Call(_Kind.RESERVE, unique, n)
+    return _Call(_Kind.RESERVE, unique, n, lent=lent)
 
 
 def _retake_call(reservation: Reservation, n: int) -> _Call:
@@ -223,10 +224,12 @@ class RedisBatches:
             await self._bounded(self._client.set(self._limits_key, _digest(limits)))
 
     async def reserve_many(
-        self: _Host, asks: Sequence[tuple[Sequence[BucketKey], int]]
+        self: _Host, asks: Sequence[tuple[Sequence[BucketKey], int]], *, lent: bool = False
     ) -> list[Reservation]:
-        """See ``Limiter.reserve_many`` and this module: one round trip while Redis is in use."""
-        calls = [_reserve_call(keys, n) for keys, n in asks]
+        """See ``Limiter.reserve_many`` and this module: one round trip while Redis is in use.
+        Lent tokens are counted in each bucket's ``lent`` (``redis_lua/common.lua``), which
+        bounds every refund."""
+        calls = [_reserve_call(keys, n, lent) for keys, n in asks]
         await _Batch(self, calls).run()
         return _answers(calls)
 
@@ -334,9 +337,10 @@ class _Batch:
             call = self._calls[at]
             names = host._hashes(call.keys)
             keys += names
-            args += (len(names), call.n, call.back)
+            of = call.of
+            gives_lent = call.back > 0 and isinstance(of, Granted) and of.lent
+            args += (len(names), call.n, int(call.lent) + 2 * gives_lent, call.back)
             if call.back > 0:  # the take it gives back: when, and the room it left in each
-                of = call.of
                 if of is not None and len(of.rooms) == len(names):
                     args += (repr(of.at), *map(repr, of.rooms))
                 else:  # made without them: given back up to the burst
@@ -365,7 +369,15 @@ class _Batch:
             rooms = tuple(float(_text(room)) for room in reply[k + 3 : k + 3 + count])
             k += 3 + count
             call.answer = Granted(
-                call.keys, granted, wait_s, held, (wait_s,) if held else (), now, rooms, era=era
+                call.keys,
+                granted,
+                wait_s,
+                held,
+                (wait_s,) if held else (),
+                now,
+                rooms,
+                era=era,
+                lent=call.lent and granted > 0,
             )
             self._host._seen_marker = True
 

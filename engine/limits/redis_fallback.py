@@ -41,9 +41,11 @@ def _share(limit: Limit, workers: int) -> Limit:
 
 @dataclass(slots=True)  # a value, never changed; not frozen, as Reservation
 class Granted(Reservation):
-    """A ``Reservation`` and the era of the backend that granted it (see ``LocalFallback``)."""
+    """A ``Reservation``, the era of the backend that granted it (see ``LocalFallback``) and
+    whether its tokens are lent (``Limiter.reserve_many``)."""
 
     era: int = 0
+    lent: bool = False
 
 
 class LocalFallback:

@@ -10,7 +10,7 @@ if until_s > now then
 end
 local b = load(f, now)
 if b then
-  b.tokens = 0
+  b.tokens, b.lent = 0, 0
   b.stamp = math.max(b.stamp, until_s)
   save(KEYS[1], b, now)
 elseif until_s > now then

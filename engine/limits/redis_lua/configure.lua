@@ -10,7 +10,7 @@ local f = fields(KEYS[2])
 if ARGV[2] == '' then
   local blocked = blocked_for(f, now)
   if blocked > 0 then
-    redis.call('HDEL', KEYS[2], 'rate', 'burst', 'tokens', 'stamp')
+    redis.call('HDEL', KEYS[2], 'rate', 'burst', 'tokens', 'stamp', 'lent')
     redis.call('PEXPIRE', KEYS[2], ms(blocked))
   else
     redis.call('DEL', KEYS[2])
@@ -23,7 +23,10 @@ local old = load(f, now)
 redis.call('HSET', KEYS[2], 'rate', ARGV[2], 'burst', ARGV[3])
 redis.call('SADD', KEYS[1], ARGV[1])
 if old then
-  save(KEYS[2], {rate = rate, burst = burst, tokens = math.min(old.tokens, burst), stamp = old.stamp}, now)
+  local tokens = math.min(old.tokens, burst)
+  local lent = math.max(0, math.min(old.lent, burst - tokens))
+  save(KEYS[2], {rate = rate, burst = burst, tokens = tokens, stamp = old.stamp, lent = lent,
+    stored_lent = old.stored_lent}, now)
   return 1
 end
 redis.call('PERSIST', KEYS[2])  -- it may have held only a block, expiring with it
@@ -32,8 +35,9 @@ if fill == 'full' and redis.call('EXISTS', KEYS[3]) == 0 and redis.call('EXISTS'
   fill = 'empty'
 end
 if fill == 'empty' then
-  save(KEYS[2], {rate = rate, burst = burst, tokens = 0, stamp = now}, now)
+  save(KEYS[2], {rate = rate, burst = burst, tokens = 0, stamp = now, lent = 0,
+    stored_lent = f[6] ~= false}, now)
 else
-  redis.call('HDEL', KEYS[2], 'tokens', 'stamp')
+  redis.call('HDEL', KEYS[2], 'tokens', 'stamp', 'lent')
 end
 return 1

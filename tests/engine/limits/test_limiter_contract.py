@@ -20,7 +20,7 @@ import pytest
 
 from engine.core.clock import SystemClock
 from engine.core.domain import BucketKey, Limit
-from engine.limits.limiter import Held, Limiter, Reservation
+from engine.limits.limiter import Limiter, Reservation
 from engine.limits.local_limiter import LocalLimiter
 from engine.limits.redis_limiter import RedisLimiter
 from testkit.redis_limiters import REDIS_URL, delete_prefix, new_prefix, redis_client_or_skip
@@ -249,41 +249,6 @@ async def test_a_refund_after_others_took_gives_back_only_what_it_left_room_for(
     await limiter.refund(first, 2)
     # Had the 2 never been taken: full, less the 9 = 1 (and what refilled since the take).
     assert (await tokens(limiter))[PROVIDER] == pytest.approx(1.0, abs=20 * CLOSE)
-
-
-async def test_parts_given_back_one_by_one_give_no_more_than_the_whole_would(
-    limiter: Limiter,
-) -> None:
-    """A claim's 6 tokens held for six sends (``Held``); the bucket (5/s, burst 10) refills 4
-    while another caller takes 8; then each send gives its token back. Had the 6 never been
-    taken, the bucket would be full less the 8: 2, with what refilled since. Each part given
-    back with the whole's room would find room for its token: 6 back, 4 of them minted."""
-    await configured(limiter, {PROVIDER: Limit(5.0, 10.0)})
-    whole = await limiter.reserve([PROVIDER], 6)
-    assert whole.granted == 6
-    await asyncio.sleep(0.8)  # 4 tokens' time: 8 in the bucket
-    assert (await limiter.reserve([PROVIDER], 8)).granted == 8
-    held = Held(whole)
-    for _ in range(6):
-        part = held.part(1)
-        assert part is not None and part.granted == 1
-        await limiter.refund(part, 1)
-    assert (await tokens(limiter))[PROVIDER] <= 2.0 + 5 * CLOSE
-
-
-async def test_a_part_retaken_gives_back_what_the_whole_left_room_for_and_takes_again(
-    limiter: Limiter,
-) -> None:
-    """A late send's part (1 of 4 tokens) retaken at once: its token goes back and one is
-    taken again, the bucket where it was; the other parts are untouched."""
-    await configured(limiter, {PROVIDER: Limit(0.5, 10.0)})
-    held = Held(await limiter.reserve([PROVIDER], 4))
-    part = held.part(1)
-    assert part is not None
-    again = await limiter.retake(part, 1)
-    assert again.granted == 1
-    assert (await tokens(limiter))[PROVIDER] == pytest.approx(6.0, abs=0.5 * CLOSE)
-    assert Held(Reservation((PROVIDER,), 3)).part(1) is None  # no rooms: not bounded, not given
 
 
 async def test_block_on_a_configured_key_holds_it_empty_then_refills(limiter: Limiter) -> None:

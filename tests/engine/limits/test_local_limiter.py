@@ -12,7 +12,7 @@ from engine.core.clock import FakeClock
 from engine.core.domain import BucketKey, BucketLevel, Limit
 from engine.core.errors import ConfigError
 from engine.limits.envelope import worst_window
-from engine.limits.limiter import Held, Limiter, Reservation
+from engine.limits.limiter import Limiter, Reservation
 from engine.limits.local_limiter import LocalLimiter
 
 TENANT, PROVIDER, PAIR = SEND = BucketKey.for_send("acme", "mailgun")
@@ -490,58 +490,4 @@ def test_tokens_kept_by_retakes_stay_inside_the_envelope(
         now += pause_cs / 100
     for window_s in (0.01, 0.05, 0.2, 1.0):
         worst = worst_window(kept, window_s, limit.rate_per_s, limit.burst, edges=0.0)
-        assert worst.holds, worst
-
-
-# A claim's tokens, retaken, then held for its parcels of one; some of their sends start late
-# and give their part back as they take a fresh token (the senders' stale tokens). (pairs
-# reserving, n each, claim in 1/100 s, then per parcel how late its send starts in 1/1000 s.)
-LATE_PARCELS = st.lists(
-    st.tuples(
-        st.integers(1, 6),
-        st.integers(1, 4),
-        st.integers(0, 30),
-        st.lists(st.integers(0, 60), min_size=1, max_size=8),
-    ),
-    min_size=1,
-    max_size=20,
-)
-
-
-@settings(max_examples=300, deadline=None)
-@given(claims=LATE_PARCELS)
-@example(claims=[(1, 4, 0, [0, 50, 50, 50, 50]), (3, 4, 0, [0])])
-def test_late_sends_that_give_their_part_back_stay_inside_the_envelope(
-    claims: list[tuple[int, int, int, list[int]]],
-) -> None:
-    """The tokens the sends go out on (a retake's, or a fresh one for a send that started
-    late, its part given back first) never exceed ``burst + rate * W`` in any window, however
-    late the sends and however the claims interleave with them."""
-    limit = Limit(100.0, 10.0)
-    limiter = limiter_with({PROVIDER: limit})
-    now, used = 0.0, []
-    for pairs, n, claim_cs, lates in claims:
-        first = limiter.reserve_many_at(now, [((PROVIDER,), n)] * pairs)
-        now += claim_cs / 100
-        sends = []  # (when the send starts, the tokens it came with)
-        for i, got in enumerate(limiter.retake_many_at(now, [(g, g.granted) for g in first])):
-            held = Held(got)
-            for j in range(got.granted):
-                sends.append((now + lates[(i + j) % len(lates)] / 1000, held))
-        at = now  # the limiter's time: never back
-        for start, held in sorted(sends, key=lambda send: send[0]):
-            if start - now <= 0.01:  # on time: its token, taken at the retake
-                used.append(now)
-                continue
-            part = held.part(1)
-            assert part is not None
-            at = max(at, start)
-            got_n = limiter.retake_at(at, part, 1).granted
-            while not got_n:  # ``take_waiting``: until a fresh token is there
-                at += max(limiter.reserve_at(at, (PROVIDER,), 0).wait_s, 0.001)
-                got_n = limiter.reserve_at(at, (PROVIDER,), 1).granted
-            used.append(at)
-        now = max([now, *used])
-    for window_s in (0.01, 0.05, 0.2, 1.0):
-        worst = worst_window(sorted(used), window_s, limit.rate_per_s, limit.burst, edges=0.0)
         assert worst.holds, worst

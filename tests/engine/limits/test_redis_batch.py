@@ -21,6 +21,7 @@ from redis.exceptions import ResponseError
 
 from engine.core.clock import FakeClock, SystemClock
 from engine.core.domain import BucketKey, Limit
+from engine.limits.envelope import worst_span
 from engine.limits.limiter import Reservation
 from engine.limits.redis_batch import CHUNK
 from engine.limits.redis_limiter import RedisLimiter
@@ -212,6 +213,52 @@ async def test_retakes_over_chunks_carry_each_takes_time_and_rooms(make: Make) -
     assert [r.granted for r in again] == [1] * len(keys)
     [level] = await limiter.levels([keys[0][1]])
     assert level.tokens == pytest.approx(300.0, abs=0.05)
+
+
+@pytest.mark.parametrize("lent", [True, False], ids=["lent", "not lent"])
+async def test_claims_of_several_processes_overlapping_give_back_no_token_all_would_lose(
+    make: Make, lent: bool
+) -> None:
+    """Three workers' claims (A, B, C) on one provider's bucket (10/s, burst 10) overlap in
+    time, and a fourth (U) sends. Each claim's refund, bounded by its own room alone, is right
+    for a world where only it was never taken; but C reserved while B was out, so C's room
+    counts B's tokens, which B gave back too: together they give back 2 tokens the bucket would
+    have lost to its burst had none of the claims been taken, and U's sends (16 in 0.4 s, where
+    14 are allowed) break the envelope. Lent (as the dispatcher reserves), the bucket keeps what
+    the unsettled claims would have left it, and no refund gives back more."""
+    a, b, c, u = [await make() for _ in range(4)]
+    await a.configure(PROVIDER, Limit(10.0, 10.0))
+    keys = [PROVIDER]
+
+    async def claim(limiter: RedisLimiter, n: int) -> Reservation:
+        [got] = await limiter.reserve_many([(keys, n)], lent=lent)
+        assert got.granted == n
+        return got
+
+    sent: list[tuple[float, float]] = []
+
+    async def send(n: int) -> None:
+        got = await u.reserve(keys, n)
+        sent.append((got.at, got.granted))
+
+    first = await claim(a, 3)  # 10 -> 7
+    second = await claim(b, 6)  # -> 1
+    await a.retake_many([(first, 0)])  # A leased nothing: -> 4
+    await asyncio.sleep(0.15)  # -> 5.5
+    third = await claim(c, 5)  # -> 0.5, its room counting B's 6 as taken
+    await b.retake_many([(second, 0)])  # -> 6.5
+    await asyncio.sleep(0.15)  # -> 8
+    await send(6)  # -> 2
+    await asyncio.sleep(0.15)  # -> 3.5
+    await c.retake_many([(third, 0)])
+    await asyncio.sleep(0.25)
+    await send(5)
+    await send(5)
+    worst = worst_span(sent, 10.0, 10.0, edges=0.01)
+    if lent:
+        assert worst.holds, worst
+    else:  # what the dispatcher's claims did before they were lent
+        assert not worst.holds and worst.count - worst.allowed > 1, worst
 
 
 async def test_batches_of_nothing_do_no_io() -> None:
