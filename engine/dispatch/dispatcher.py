@@ -336,6 +336,7 @@ class Dispatcher:
         if not asks:  # no route, or no room
             return 0, 0
         # Lent: the retake below (or a refund) settles every one of them.
+        reserved_at = self._clock.monotonic()
         reservations = await self._limiter.reserve_many(
             [(r.buckets, n) for _k, r, n in asks], lent=True
         )
@@ -362,7 +363,9 @@ class Dispatcher:
         if empty:
             telemetry.count("claims_empty", empty)
         holding = [i for i, got in enumerate(reservations) if got.granted > 0]
-        retaken = await self._retake_many([(reservations[i], rows_of.get(i, [])) for i in holding])
+        retaken = await self._retake_many(
+            [(reservations[i], rows_of.get(i, [])) for i in holding], reserved_at
+        )
         by_ask = dict(zip(holding, retaken, strict=True))
         total = 0
         provider_held = False
@@ -442,7 +445,7 @@ class Dispatcher:
         return False
 
     async def _retake_many(
-        self, claims: list[tuple[Reservation, list[Leased]]]
+        self, claims: list[tuple[Reservation, list[Leased]]], reserved_at: float
     ) -> list[tuple[list[Leased], float]]:
         """Take the tokens again now that the leases are in hand, for every pair of a claim in
         one call; returns per pair the leases that got one (the others are released) and when
@@ -451,6 +454,13 @@ class Dispatcher:
         debited before a slow claim would let its sends bunch up with the next quick claim's
         and exceed the envelope. Debited here, the bucket paces the sends themselves; the
         first reservation, lent, is settled here whatever the claim found."""
+        if self._clock.monotonic() == reserved_at and not self._limiter.counts_lent:
+            # No time passed (a store that answers at once, as the planner's): the tokens
+            # taken are the ones a retake would take; only the unused ones go back (a
+            # limiter that counts lent tokens must see each reservation retaken).
+            unused = [(got, got.granted - len(rows)) for got, rows in claims]
+            await self._limiter.refund_many([(got, n) for got, n in unused if n > 0])
+            return [(rows, reserved_at) for _got, rows in claims]
         taken_at = self._clock.monotonic()  # the earliest the tokens can be taken
         # A pair that leased nothing takes 0 again: its tokens go back, in the same call.
         nows = await self._limiter.retake_many([(got, len(rows)) for got, rows in claims])

@@ -46,7 +46,13 @@ class Reservation:
 
 
 class Limiter(Protocol):
-    """Implemented in process (``engine.limits.local_limiter.LocalLimiter``) and over Redis."""
+    """Implemented in process (``engine.limits.local_limiter.LocalLimiter``) and over Redis.
+
+    ``counts_lent``: whether the buckets count the tokens out on lent reservations
+    (``reserve_many``); then every lent reservation must be settled by a ``retake`` or a
+    ``refund`` of all its tokens, or they stay counted as lent until its bucket is full."""
+
+    counts_lent: bool
 
     async def configure(self, key: BucketKey, limit: Limit | None) -> None:
         """Set, change (live: brought up to date at the old rate first) or remove a limit."""

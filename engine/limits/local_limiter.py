@@ -72,6 +72,8 @@ class LocalLimiter:
     (400,000 limits at 100,000 tenants, most of them never used by one process).
     """
 
+    counts_lent = False  # one process's lent reservations follow one another: ``reserve_many``
+
     def __init__(self, clock: Clock, *, count_short: bool = False) -> None:
         self._clock = clock
         self._limits: dict[BucketKey, Limit] = {}  # every configured limit

@@ -154,6 +154,8 @@ class RedisLimiter(RedisBatches):
         self._seen_marker = False  # after that, a missing marker means Redis lost its data
         self._count_peers_at = -math.inf  # when to write this process into the peers set next
 
+    counts_lent = True  # each bucket's ``lent`` (redis_lua/common.lua)
+
     @property
     def backend(self) -> str:
         return "local-fallback" if self._fallback.active else "redis"

@@ -48,6 +48,8 @@ class StallsOnce:
     (``reserve``: that claim's sends start late) are granted, and then the whole process is
     held up ``FREEZE_S`` (the clock moves, nothing runs) before they hear it."""
 
+    counts_lent = False
+
     def __init__(self, clock: FakeClock, late_answers: int = 0) -> None:
         self.inner = LocalLimiter(clock)
         self.clock = clock
