@@ -187,12 +187,11 @@ class Senders:
             return parcel, [], None, None
         started_s = self._clock.monotonic()
         if started_s - taken_at > self.settings.token_lag_s and route.paced:
-            # Fresh tokens (waiting if need be); the stale ones stay spent. Given back, they
-            # were not lent (``Limiter.reserve_many``): no refund of them can be bounded by
-            # what the claims of other workers, overlapping in time, left room for, and each
-            # bounded by its own room alone gave a provider back tokens that all of them
-            # together would have lost to its burst (four workers at 10,000 tenants: a 0.1 s
-            # window at 1.13 of its bound).
+            # Fresh tokens (waiting if need be); the stale ones stay spent. They are not lent
+            # (``Limiter.reserve_many``), so a refund of them could be bounded only by its own
+            # room, and such refunds, overlapping other workers' claims, gave a provider back
+            # tokens that all of them together would have lost to its burst (four workers at
+            # 10,000 tenants: a 0.1 s window at 1.13 of its bound).
             n = len(parcel)
             self._telemetry.count("stale_tokens", n)
             await self._fresh_tokens(route, n)

@@ -10,11 +10,12 @@
 -- level), as reserve.lua and this script answer them ('' for both: no bound). A bucket gets
 -- back at most what it would hold had those tokens never been taken: the room less what it
 -- refilled since, and for a lent reservation never more than its `lent` (common.lua): what
--- the lent reservations not yet settled, none of them taken, would have left it. Given back whole, a reservation made before a bucket refilled to its burst
--- would fill it again after a claim, once per key sharing it (a provider's), and the sends
--- would spend its burst twice; bounded by its own room alone, the claims of several
--- processes that overlap in time each gave back what the others' had also counted on
--- (four workers at 10,000 tenants: a provider's 0.1 s window at 1.13 of its bound).
+-- the lent reservations not yet settled, none of them taken, would have left it. Given back
+-- whole, a reservation made before a bucket refilled to its burst would fill it again after a
+-- claim, once per key sharing it (a provider's), and the sends would spend its burst twice;
+-- bounded by its own room alone, the claims of several processes that overlap in time each
+-- gave back what the others' had also counted on (four workers at 10,000 tenants: a
+-- provider's 0.1 s window at 1.13 of its bound).
 -- Each entry is what reserve.lua (n > 0) or a refund (n = 0) does, in order and at one
 -- reading of TIME: each sees what the entries before it took and gave back. A bucket is read
 -- once, when an entry first names it, and written once, at the end, if any entry changed it: so
