@@ -20,7 +20,7 @@ Postgres with the Redis limiter, served by W ``omnipost worker --concurrency 32 
   and the report lists the functions with the most own time over all workers.
 
     .venv/bin/python bench/workers.py [--tenants 1000,10000] [--workers 1,2,4]
-        [--duration 16] [--repeat 1] [--profile DIR] [--out FILE]
+        [--duration 16] [--repeat 1] [--profile DIR] [--logs DIR] [--out FILE]
 """
 
 from __future__ import annotations
@@ -59,7 +59,12 @@ _WORK = re.compile(
 
 
 def run_workers(
-    url: str, key: str, workers: int, duration_s: float, profile: Path | None
+    url: str,
+    key: str,
+    workers: int,
+    duration_s: float,
+    profile: Path | None,
+    logs: Path | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """``workers`` worker processes started together; per worker: its CPU seconds, what its
     last lines said (loop stall, claims, pairs that found nothing), fallbacks and late loops."""
@@ -96,6 +101,8 @@ def run_workers(
     for i, proc in enumerate(procs):
         _pid, status, usage = os.wait4(proc.pid, 0)
         readers[i].join()
+        if logs is not None:
+            (logs / f"worker{i}.log").write_text(outputs[i])
         if os.waitstatus_to_exitcode(status) != 0:
             raise RuntimeError(f"worker {i} failed:\n{outputs[i][-3000:]}")
         work = _WORK.search(outputs[i])
@@ -156,13 +163,17 @@ def steady_cpu(window: dict[str, Any], sent_at: list[float]) -> dict[str, float 
     }
 
 
-async def one_run(tenants: int, workers: int, duration_s: float, profile: Path | None) -> Any:
+async def one_run(
+    tenants: int, workers: int, duration_s: float, profile: Path | None, logs: Path | None
+) -> Any:
     key = SecretBox.generate_key()
     await _flush_redis(REDIS)
     async with fresh_pg(f"workers{tenants}w{workers}") as url:
         prepared = await prepare(url, key, tenants, duration_s)
         before, t0 = server_cpu_s(), time.monotonic()
-        each, window = await asyncio.to_thread(run_workers, url, key, workers, duration_s, profile)
+        each, window = await asyncio.to_thread(
+            run_workers, url, key, workers, duration_s, profile, logs
+        )
         after, wall_s = server_cpu_s(), time.monotonic() - t0
         sent = await deliveries(url)
     ts = sorted(t for _tenant, _provider, t in sent)
@@ -196,10 +207,21 @@ async def one_run(tenants: int, workers: int, duration_s: float, profile: Path |
         "claims": sum(w["claims"] or 0 for w in each),
         "longest_stall_ms": [w["stall_ms"] for w in each],
         "rss_mb": window.get("rss_mb", []),
+        "per_second": per_second(ts),
         "fell_back": sum(1 for w in each if w["fell_back"]),
         "late_loop_workers": sum(1 for w in each if w["late_loop_lines"]),
         **over_envelope(sent),
     }
+
+
+def per_second(ts: list[float]) -> list[int]:
+    """Deliveries in each second from the first: a dip shows when the workers stalled."""
+    if not ts:
+        return []
+    counts = [0] * (int(ts[-1] - ts[0]) + 1)
+    for t in ts:
+        counts[int(t - ts[0])] += 1
+    return counts
 
 
 def hot_functions(profile: Path, top: int = 20) -> list[dict[str, Any]]:
@@ -235,7 +257,11 @@ async def main(args: Any) -> dict[str, Any]:
                 if args.profile is not None:
                     profile = args.profile / f"t{tenants}w{workers}"
                     profile.mkdir(parents=True, exist_ok=True)
-                run = await one_run(tenants, workers, args.duration, profile)
+                logs = None
+                if args.logs is not None:
+                    logs = args.logs / f"t{tenants}w{workers}r{_repeat}"
+                    logs.mkdir(parents=True, exist_ok=True)
+                run = await one_run(tenants, workers, args.duration, profile, logs)
                 if profile is not None:
                     run["hot_functions"] = hot_functions(profile)
                 runs.append(run)
@@ -257,6 +283,7 @@ if __name__ == "__main__":
     p.add_argument("--duration", type=float, default=16.0)
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--profile", type=Path, help="run workers under cProfile, files here")
+    p.add_argument("--logs", type=Path, help="keep each worker's output here")
     cli = p.parse_args()
     log_level_warning()
     emit(asyncio.run(main(cli)), cli.out)

@@ -86,6 +86,9 @@ class Dispatcher:
         self._due_stale = True  # look at the kept counts in the next round
         self._refreshed_at = -1e9
         self._look_s = 0.0  # how long the last look at the counts took
+        self._look: asyncio.Task[dict[Pair, int]] | None = None  # its read, while under way
+        self._look_workers: tuple[str, ...] = ()  # the live workers when it began
+        self._look_began = 0.0
         self._limits_seen = directory.limits_version
         self._stopping = False
         self._started = False  # senders exist only once ``run`` has started
@@ -233,6 +236,8 @@ class Dispatcher:
         live workers: each look reads every pair's row in the store (its share is picked
         there), so the workers' looks together take a twentieth of the store's time (four
         idle workers at 10,000 tenants: their looks cost Postgres a quarter of a core)."""
+        if self._look is not None:
+            return self._look.done()  # its counts are in: the book takes them
         since_s = mono - self._refreshed_at
         workers = len(self.shares.workers)
         if since_s < 20 * self._look_s * (workers if workers > 1 else 1):
@@ -243,27 +248,46 @@ class Dispatcher:
         await self._refresh_due()
         return await self._round()
 
+    def _looked(self, task: asyncio.Task[dict[Pair, int]]) -> None:
+        """A read of the counts ended: the loop takes it in at its next step. One that failed
+        does not wake it: its next step meets the error (and backs off), as it would have."""
+        if not task.cancelled() and task.exception() is None:
+            self._wake.set()
+
     def stop_claiming(self) -> None:
         self._stopping = True
         self._wake.set()
 
     async def _refresh_due(self) -> None:
-        """Look at the kept counts when one is due, then at the pairs whose count ran out."""
+        """Look at the kept counts when one is due, then at the pairs whose count ran out.
+        The store reads the counts while the rounds go on serving the book (at 100,000
+        tenants a read takes a second or two, which stopped the claims and let the senders
+        run dry: a second of no deliveries in every look); its answer is taken in at the
+        first step after it came, or at once when no pair is ready to be served meanwhile."""
         if self._beats:
             self._reshare()  # a silent worker's tenants come to the others
         mono = self._clock.monotonic()
         book = self._book
-        if self._look_due(mono):
+        if self._look is None and self._look_due(mono):
             self._due_stale = False
-            self._refreshed_at = mono
+            self._refreshed_at = self._look_began = mono
             if mono - self.circuits.read_at >= self.settings.health_refresh_s:
                 await self.circuits.refresh()
             book.begin_look()
             # With other workers: the pairs of this one's tenants, and the deep ones.
-            queued = await self._store.queue.queued_counts(self.shares.share)
-            for _part in book.look_in_parts(queued, self._dir.enabled):
-                await asyncio.sleep(0)  # 300,000 pairs at 100,000 tenants: the loop turns
-            self._look_s = self._clock.monotonic() - mono
+            self._look_workers = self.shares.workers
+            self._look = asyncio.create_task(
+                self._store.queue.queued_counts(self.shares.share), name="omnipost-look"
+            )
+            self._look.add_done_callback(self._looked)
+        look = self._look
+        if look is not None and (look.done() or not book.has_ready(mono)):
+            self._look = None
+            queued = await look
+            if self._look_workers == self.shares.workers:  # else a look of the new share is due
+                for _part in book.look_in_parts(queued, self._dir.enabled):
+                    await asyncio.sleep(0)  # 300,000 pairs at 100,000 tenants: the loop turns
+            self._look_s = self._clock.monotonic() - self._look_began
         if book.probes:
             pairs = sorted(book.probes)[:_PROBES_PER_ROUND]
             book.begin_probe()
@@ -516,6 +540,10 @@ class Dispatcher:
 
     async def drain(self) -> None:
         """After ``stop_claiming``: return unsent leases, let sends finish, write outcomes."""
+        look, self._look = self._look, None
+        if look is not None:  # a read of the counts no round will take in
+            look.cancel()
+            await asyncio.gather(look, return_exceptions=True)
         await self._senders.drain()
         await self.flush()
 

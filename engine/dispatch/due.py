@@ -53,6 +53,8 @@ class DueBook:
         )  # drained pairs (or capped counts that ran out): look at alone
         self._capped: set[Pair] = set()  # ready or waiting pairs whose count is a floor: maybe more
         self._fresh: set[Pair] = set()  # added since the look under way began: kept by it
+        self._looking = False  # a look began and its counts are not in yet
+        self._touched: set[Pair] = set()  # served or delayed meanwhile: the book knows better
         self._fresh_probe: set[Pair] = set()  # added or delayed since the probe began
 
     def __len__(self) -> int:
@@ -78,6 +80,8 @@ class DueBook:
     def later(self, pair: Pair, at: float) -> None:
         """A row of ``pair`` falls due at wall time ``at`` (a retry after its back-off)."""
         self._fresh_probe.add(pair)
+        if self._looking:
+            self._touched.add(pair)
         if pair in self.due:
             self._capped.add(pair)  # served anyway; once its count runs out, looked at alone
             return
@@ -90,8 +94,11 @@ class DueBook:
             heapq.heappush(self._later, (at, pair))
 
     def begin_look(self) -> None:
-        """A look at the store's counts starts: pairs added from now on are newer than it."""
+        """A look at the store's counts starts: pairs added or served from now on are newer
+        than it (the dispatcher serves the book while the store reads the counts)."""
         self._fresh = set()
+        self._looking = True
+        self._touched = set()
 
     def look(self, queued: Mapping[Pair, int]) -> None:
         """The store's kept counts of queued rows per pair (every pair with some), read since
@@ -107,23 +114,29 @@ class DueBook:
         """``look`` a part at a time: yields after every ``LOOK_PART`` pairs, so that a caller
         lets its loop turn between parts (300,000 pairs at 100,000 tenants); pairs of a tenant
         ``admit`` refuses (a disabled one) count as absent. What comes in between parts is
-        what comes in between a read of the counts and its look: a short claim corrects it."""
+        what comes in between a read of the counts and its look: a short claim corrects it.
+        A pair served or delayed since ``begin_look`` keeps what the book knows: the counts
+        were read before its claim or its retry's write (else a pair drained meanwhile would
+        come back with rows it no longer has, and a retry waiting for its time be forgotten)."""
         if admit is not None:
             queued = yield from _admitted(queued, admit)
         fresh, self._fresh = self._fresh, set()
+        touched, self._touched, self._looking = self._touched, set(), False
+        if touched:
+            fresh |= touched
         gone = [k for k in self.due if k not in queued and k not in fresh]
         if len(gone) > 16:  # many (the tenants went to another worker): each line once
             self._drop_many(gone)
         else:
             for pair in gone:
                 self._drop(pair)
-        for pair in [k for k in self._parked if k not in queued]:
+        for pair in [k for k in self._parked if k not in queued and k not in touched]:
             self._unpark(pair)
         self.probes &= queued.keys()
         for index, (pair, n) in enumerate(queued.items()):
             if index % LOOK_PART == LOOK_PART - 1:
                 yield
-            if n > 0:
+            if n > 0 and pair not in touched:
                 self._seen(pair, n)
 
     def _seen(self, pair: Pair, n: int) -> None:
@@ -230,6 +243,8 @@ class DueBook:
         would cost more than the send). Otherwise it goes to the back of its line."""
         line = self._lines[pair[1]]
         _take(line, pair)
+        if self._looking:
+            self._touched.add(pair)
         left = self.due.get(pair, 0) - leased
         if drained or left <= 0:
             self.due.pop(pair, None)
