@@ -196,3 +196,29 @@ async def test_a_retry_that_falls_due_while_the_dispatcher_looks_is_not_left_for
 
     first, second = script.calls
     assert second.at_s - first.at_s == pytest.approx(0.3, abs=0.01)  # when it fell due
+
+
+async def test_a_slow_read_of_the_counts_does_not_hold_up_the_sends(
+    engines: VirtualEngines, script: Script, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store takes 2 s to read the counts (a second or two at 100,000 tenants): the
+    notification the dispatcher knows of from its own enqueue is sent meanwhile, not after."""
+    engine = await engines.open(EngineSettings(dispatch=DispatcherSettings(poll_s=60.0)))
+    await setup(engine)
+    real_counts = engine.store.queue.queued_counts
+    asked: list[float] = []
+
+    async def slow_counts(share: Share | None = None) -> dict[tuple[int, int], int]:
+        asked.append(engines.clock.monotonic())
+        found = await real_counts(share)
+        await engines.clock.sleep(2.0)
+        return found
+
+    monkeypatch.setattr(engine.store.queue, "queued_counts", slow_counts)
+    started = engines.clock.monotonic()
+    await engine.start()
+    await engines.until_empty(engine)
+
+    [call] = script.calls
+    assert asked[0] - started < 0.1  # the first step asked for the counts
+    assert call.at_s - started < 0.1  # and sent without waiting 2 s for them

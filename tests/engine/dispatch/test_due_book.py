@@ -238,3 +238,33 @@ def test_keep_forgets_the_keys_a_worker_no_longer_serves_wherever_they_are() -> 
     assert not book.probes
     book.wake(mono=6.0, wall=200.0)  # the stale timers of what went are ignored
     assert set(book.due) == {A1, A2}
+
+
+def test_pairs_served_while_the_counts_are_read_keep_what_the_book_knows() -> None:
+    """The dispatcher serves the book while the store reads the counts: the counts were read
+    before those claims, so a pair drained meanwhile does not come back with rows it no longer
+    has, and one with rows left keeps the book's count; the others take the look's."""
+    book = DueBook(cap=1024)
+    book.begin_look()
+    book.look({A1: 2, B1: 3, C1: 1})
+    book.begin_look()  # the read starts; the rounds go on
+    book.served(A1, 2, drained=False)  # its exact count ran out: forgotten
+    book.served(B1, 1, drained=False)  # two left
+    book.look({A1: 2, B1: 3, C1: 4})  # read before those claims
+    assert book.due == {B1: 2, C1: 4}
+    book.begin_look()
+    book.look({A1: 2, B1: 3, C1: 4})  # a look begun after them is believed again
+    assert book.due == {A1: 2, B1: 3, C1: 4}
+
+
+def test_a_retry_written_while_the_counts_are_read_waits_for_its_time() -> None:
+    """A row delayed (a retry's back-off) while the counts are read, of a pair the read saw
+    with nothing queued (its row was leased), is not forgotten by the look: it falls due."""
+    book = DueBook(cap=1024)
+    book.begin_look()
+    book.later(A1, at=105.0)
+    book.look({})
+    book.wake(mono=0.0, wall=104.0)
+    assert lines(book) == {}
+    book.wake(mono=0.0, wall=105.0)
+    assert lines(book) == {1: [A1]}
