@@ -168,6 +168,7 @@ class Dispatcher:
         few seconds: a worker claimed another's pairs and missed its own meanwhile)."""
         since = self._clock.wall() - self._beats_ttl_s
         if self.shares.set_workers([w for w, at in self._beats if at >= since]):
+            self._completer.share_of(len(self.shares.workers))
             serves = self.shares.serves
             self._book.keep(lambda pair, n: serves(pair[0], n))
             self._refreshed_at = -1e9

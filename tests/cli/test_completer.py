@@ -142,6 +142,28 @@ async def test_outcomes_are_written_together_a_gather_after_the_first() -> None:
         await runner
 
 
+@pytest.mark.parametrize(("workers", "gather_s"), [(1, 0.005), (2, 0.010), (4, 0.020), (9, 0.020)])
+async def test_one_of_several_workers_gathers_longer(workers: int, gather_s: float) -> None:
+    """A worker among ``workers`` finishes a ``workers``-th of the sends: it gathers that many
+    times longer (at most four), so its batches are as large as one worker's alone."""
+    clock, queue = FakeClock(), RecordingQueue()
+    done = Completer(queue, clock, owner="w", batch=10, on_applied=lambda *_: None)  # type: ignore[arg-type]
+    done.share_of(workers)
+    runner = asyncio.create_task(done.run())
+    await _settle()
+    finish(done, 1)
+    clock.advance(gather_s - 0.0001)
+    finish(done, 2)
+    await _settle()
+    assert queue.batches == []
+    clock.advance(0.0001)
+    await _settle()
+    assert queue.batches == [[1, 2]]
+    runner.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await runner
+
+
 async def test_a_failed_write_is_tried_again_and_nothing_is_lost() -> None:
     clock, queue = FakeClock(), RecordingQueue(fail=1)
     done = Completer(queue, clock, owner="w", batch=10, on_applied=lambda *_: None)  # type: ignore[arg-type]
