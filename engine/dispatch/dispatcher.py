@@ -1,8 +1,8 @@
 """The dispatch loop of docs/architecture.md: tokens first, then leases, then deliveries.
 
-1. Know which (tenant, provider) pairs have due work (the kept counts, then a capped index
-   probe per pair: bounded work however deep the queue; refreshed on wake-up; this process's
-   own enqueues counted in without a look).
+1. Know which (tenant, provider) pairs have due work (the kept counts, read while the rounds go
+   on: engine/dispatch/looks.py; then a capped index probe per pair: bounded work however deep
+   the queue; refreshed on wake-up; this process's own enqueues counted in without a look).
 2. Visit them round-robin; for each reserve up to ``batch`` tokens from all its buckets.
 3. Lease at most that many; give back the tokens not used.
 4. Hand the leases to a fixed pool of delivery tasks (bounded concurrency:
@@ -32,6 +32,7 @@ from engine.dispatch.claims import QUANTUM, ClaimMaker
 from engine.dispatch.completer import Completer
 from engine.dispatch.directory import Directory, Route
 from engine.dispatch.due import DueBook
+from engine.dispatch.looks import Looks
 from engine.dispatch.ports import DispatchStore
 from engine.dispatch.senders import Senders
 from engine.dispatch.settings import DispatcherSettings
@@ -83,12 +84,9 @@ class Dispatcher:
         self._beats: list[tuple[str, float]] = []  # the running workers' last heartbeats
         self._beats_ttl_s = 0.0
         self._claims = ClaimMaker(self._book, directory, self._work, clock)
-        self._due_stale = True  # look at the kept counts in the next round
-        self._refreshed_at = -1e9
-        self._look_s = 0.0  # how long the last look at the counts took
-        self._look: asyncio.Task[dict[Pair, int]] | None = None  # its read, while under way
-        self._look_workers: tuple[str, ...] = ()  # the live workers when it began
-        self._look_began = 0.0
+        self._looks = Looks(
+            self._book, store, self.shares, directory, clock, settings=settings, wake=self._wake
+        )
         self._limits_seen = directory.limits_version
         self._stopping = False
         self._started = False  # senders exist only once ``run`` has started
@@ -127,7 +125,7 @@ class Dispatcher:
 
     def wake(self) -> None:
         """New work may be there (a notification from another process, a retry): look again."""
-        self._due_stale = True
+        self._looks.ask()
         self._wake.set()
 
     def enqueued(self, due: Mapping[Pair, int]) -> None:
@@ -171,7 +169,7 @@ class Dispatcher:
             self._completer.share_of(len(self.shares.workers))
             serves = self.shares.serves
             self._book.keep(lambda pair, n: serves(pair[0], n))
-            self._refreshed_at = -1e9
+            self._looks.anew()
             self.wake()
 
     def _returned(self, due: Mapping[Pair, int]) -> None:
@@ -215,7 +213,7 @@ class Dispatcher:
                 # say so: sends under way finish, their outcomes wait in memory meanwhile.
                 outages += 1
                 outage_s = STORE_OUTAGE.delay_s(outages)
-                self._due_stale = True  # the failed round may have been the look itself
+                self._looks.ask()  # the failed round may have been the look itself
                 log.warning("dispatch paused %.1fs: %s", outage_s, exc.message)
                 await self._sleep(outage_s)
                 continue
@@ -226,69 +224,31 @@ class Dispatcher:
     def _step(self) -> Awaitable[float]:
         """The next round, after a look at the store when one is due. Returned, not awaited
         here: most rounds need no look, and a plan runs about one round per send."""
-        if self._look_due(self._clock.monotonic()) or self._book.probes:
+        if self._looks.due(self._clock.monotonic()) or self._book.probes:
             return self._look_then_round()
         return self._round()
-
-    def _look_due(self, mono: float) -> bool:
-        """A look at the kept counts is due: asked for (``wake``) or a poll interval passed.
-        Looks read a row per pair with work, so they come no closer together than 20 times
-        what the last one took (a twentieth of the loop, whatever the tenants), times the
-        live workers: each look reads every pair's row in the store (its share is picked
-        there), so the workers' looks together take a twentieth of the store's time (four
-        idle workers at 10,000 tenants: their looks cost Postgres a quarter of a core)."""
-        if self._look is not None:
-            return self._look.done()  # its counts are in: the book takes them
-        since_s = mono - self._refreshed_at
-        workers = len(self.shares.workers)
-        if since_s < 20 * self._look_s * (workers if workers > 1 else 1):
-            return False
-        return self._due_stale or since_s >= self.settings.poll_s
 
     async def _look_then_round(self) -> float:
         await self._refresh_due()
         return await self._round()
-
-    def _looked(self, task: asyncio.Task[dict[Pair, int]]) -> None:
-        """A read of the counts ended: the loop takes it in at its next step. One that failed
-        does not wake it: its next step meets the error (and backs off), as it would have."""
-        if not task.cancelled() and task.exception() is None:
-            self._wake.set()
 
     def stop_claiming(self) -> None:
         self._stopping = True
         self._wake.set()
 
     async def _refresh_due(self) -> None:
-        """Look at the kept counts when one is due, then at the pairs whose count ran out.
-        The store reads the counts while the rounds go on serving the book (at 100,000
-        tenants a read takes a second or two, which stopped the claims and let the senders
-        run dry: a second of no deliveries in every look); its answer is taken in at the
-        first step after it came, or at once when no pair is ready to be served meanwhile."""
+        """Look at the kept counts when one is due (``engine/dispatch/looks.py``: the store
+        reads them while the rounds go on), then at the pairs whose count ran out."""
         if self._beats:
             self._reshare()  # a silent worker's tenants come to the others
         mono = self._clock.monotonic()
-        book = self._book
-        if self._look is None and self._look_due(mono):
-            self._due_stale = False
-            self._refreshed_at = self._look_began = mono
+        book, looks = self._book, self._looks
+        if not looks.reading and looks.due(mono):
             if mono - self.circuits.read_at >= self.settings.health_refresh_s:
                 await self.circuits.refresh()
-            book.begin_look()
-            # With other workers: the pairs of this one's tenants, and the deep ones.
-            self._look_workers = self.shares.workers
-            self._look = asyncio.create_task(
-                self._store.queue.queued_counts(self.shares.share), name="omnipost-look"
-            )
-            self._look.add_done_callback(self._looked)
-        look = self._look
-        if look is not None and (look.done() or not book.has_ready(mono)):
-            self._look = None
-            queued = await look
-            if self._look_workers == self.shares.workers:  # else a look of the new share is due
-                for _part in book.look_in_parts(queued, self._dir.enabled):
-                    await asyncio.sleep(0)  # 300,000 pairs at 100,000 tenants: the loop turns
-            self._look_s = self._clock.monotonic() - self._look_began
+            looks.begin(mono)
+        if looks.answered(mono):
+            await looks.take_in()
         if book.probes:
             pairs = sorted(book.probes)[:_PROBES_PER_ROUND]
             book.begin_probe()
@@ -342,9 +302,9 @@ class Dispatcher:
         soonest = self._book.next_wait_s(mono, self._clock.wall())
         if soonest is not None and soonest < wait_s:
             wait_s = soonest
-        if self._due_stale:  # a look is asked for, and waits for its interval
-            look_s = self._refreshed_at + 20 * self._look_s - mono
-            wait_s = look_s if look_s < wait_s else wait_s
+        look_s = self._looks.wait_s(mono)  # a look asked for waits for its spacing
+        if look_s is not None and look_s < wait_s:
+            wait_s = look_s
         return wait_s if wait_s > 0.001 else 0.001
 
     async def _serve_line(self, line: collections.deque[Pair], *, probing: bool) -> tuple[int, int]:
@@ -541,10 +501,7 @@ class Dispatcher:
 
     async def drain(self) -> None:
         """After ``stop_claiming``: return unsent leases, let sends finish, write outcomes."""
-        look, self._look = self._look, None
-        if look is not None:  # a read of the counts no round will take in
-            look.cancel()
-            await asyncio.gather(look, return_exceptions=True)
+        await self._looks.cancel()
         await self._senders.drain()
         await self.flush()
 
