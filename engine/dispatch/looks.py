@@ -54,7 +54,8 @@ class Looks:
         self.settings = settings  # its poll interval
         self._wake = wake
         self.stale = True  # a look is asked for
-        self._at = -1e9  # when the last one began (monotonic)
+        self._at = -1e9  # when the last one began (monotonic), for the spacing
+        self._began = 0.0  # when the one under way began, to time it
         self._took_s = 0.0  # how long the last one took, its read and its taking in
         self._read: asyncio.Task[dict[Pair, int]] | None = None  # while under way
         self._workers: tuple[str, ...] = ()  # the live workers when it began
@@ -68,7 +69,8 @@ class Looks:
         self.stale = True
 
     def anew(self) -> None:
-        """The share of the tenants changed: the next look need not wait out the spacing."""
+        """The share of the tenants changed: the next look need not wait out the spacing (a
+        read under way is still timed from its own start)."""
         self._at = -1e9
 
     def due(self, mono: float) -> bool:
@@ -77,15 +79,18 @@ class Looks:
         if self._read is not None:
             return self._read.done()
         since_s = mono - self._at
-        workers = len(self._shares.workers)
-        if since_s < _SPACING * self._took_s * (workers if workers > 1 else 1):
+        if since_s < self._spacing_s():
             return False
         return self.stale or since_s >= self.settings.poll_s
+
+    def _spacing_s(self) -> float:
+        workers = len(self._shares.workers)
+        return _SPACING * self._took_s * (workers if workers > 1 else 1)
 
     def begin(self, mono: float) -> None:
         """Start a look: the store reads the counts of this worker's share meanwhile."""
         self.stale = False
-        self._at = mono
+        self._at = self._began = mono
         self._book.begin_look()
         self._workers = self._shares.workers
         read = asyncio.create_task(
@@ -116,13 +121,14 @@ class Looks:
         if self._workers == self._shares.workers:
             for _part in self._book.look_in_parts(queued, self._dir.enabled):
                 await asyncio.sleep(0)  # 300,000 pairs at 100,000 tenants: the loop turns
-        self._took_s = self._clock.monotonic() - self._at
+        self._took_s = self._clock.monotonic() - self._began
 
     def wait_s(self, mono: float) -> float | None:
-        """Until a look asked for may begin (None: none is asked for)."""
-        if not self.stale:
+        """Until a look asked for may begin (None: none is asked for, or one is under way: its
+        answer wakes the loop, and the next cannot begin before it is taken in)."""
+        if not self.stale or self._read is not None:
             return None
-        return self._at + _SPACING * self._took_s - mono
+        return self._at + self._spacing_s() - mono
 
     async def cancel(self) -> None:
         """Stop the read under way, which no round will take in (the dispatcher stops)."""
