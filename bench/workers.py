@@ -245,7 +245,21 @@ def hot_functions(profile: Path, top: int = 20) -> list[dict[str, Any]]:
     ]
 
 
+def _writable(folder: Path | None, flag: str) -> None:
+    """``folder`` (a ``--logs`` or ``--profile`` folder) exists or is made, before any run."""
+    if folder is None:
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SystemExit(
+            f"bench/workers.py: {flag} {folder} is not a folder it can write to ({exc.strerror})."
+        ) from None
+
+
 async def main(args: Any) -> dict[str, Any]:
+    _writable(args.logs, "--logs")
+    _writable(args.profile, "--profile")
     if not await pg_reachable():
         raise SystemExit("bench/workers.py needs PostgreSQL (and Redis)")
     load_before = os.getloadavg()[0]
